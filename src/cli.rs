@@ -1,0 +1,179 @@
+//! The `soak` command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use crate::exit;
+use crate::report::Verdict;
+use crate::run::{self, RunOptions};
+use crate::suite::Suite;
+
+#[derive(Parser)]
+#[command(
+    name = "soak",
+    version,
+    about = "Chaos/soak test orchestrator for stateful services",
+    after_help = "Exit codes: 0 every check passed, 1 a check failed, 2 the suite or the command line is invalid, 3 the environment failed (no cgroup access, a node that never got ready)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a suite: start the node, drive the phases, verify, report.
+    Run {
+        suite: PathBuf,
+        /// Folder for reports (reports/<suite>/<UTC time>-<id>/ inside it).
+        #[arg(long, default_value = "reports")]
+        out: PathBuf,
+        /// Multiply every phase duration by F, for a quick trial (e.g. 0.1).
+        #[arg(long, default_value_t = 1.0, value_parser = positive)]
+        duration_scale: f64,
+        /// Seed of the workload's random choices; recorded in the report.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Telemetry sampling interval (100ms to 60s).
+        #[arg(long, default_value = "1s", value_parser = interval)]
+        interval: Duration,
+    },
+    /// Check suites without running anything.
+    Validate {
+        #[arg(required = true)]
+        suites: Vec<PathBuf>,
+    },
+    /// Remove what interrupted runs left: processes and cgroups labelled by soak.
+    Cleanup {
+        /// Only this run id (the suffix of the report folder).
+        #[arg(long)]
+        run: Option<String>,
+    },
+}
+
+fn positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("{s:?}: give a number above 0, e.g. 0.1")),
+    }
+}
+
+fn interval(s: &str) -> Result<Duration, String> {
+    let d = crate::units::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_millis(100) || d > Duration::from_secs(60) {
+        return Err(format!("{s:?}: the interval must be between 100ms and 60s"));
+    }
+    Ok(d)
+}
+
+/// Runs the command line; returns the exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { exit::INVALID } else { exit::PASS };
+        }
+    };
+    match cli.command {
+        Command::Validate { suites } => {
+            let mut code = exit::PASS;
+            for s in suites {
+                match Suite::load(&s) {
+                    Ok(suite) => println!("{}: ok ({}, {} phases)", s.display(), suite.name, suite.phases.len()),
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        code = exit::INVALID;
+                    }
+                }
+            }
+            code
+        }
+        Command::Cleanup { run } => {
+            let cleaned = crate::cleanup::cleanup(run.as_deref());
+            for (pid, label) in &cleaned.processes {
+                println!("killed process {pid} (run {label})");
+            }
+            for cg in &cleaned.cgroups {
+                println!("removed cgroup {}", cg.display());
+            }
+            if cleaned.processes.is_empty() && cleaned.cgroups.is_empty() {
+                println!("nothing to clean up");
+            }
+            exit::PASS
+        }
+        Command::Run { suite, out, duration_scale, seed, interval } => {
+            let opts = RunOptions { suite, out, duration_scale, seed, interval };
+            run_command(opts)
+        }
+    }
+}
+
+fn run_command(opts: RunOptions) -> i32 {
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return exit::ENVIRONMENT;
+        }
+    };
+    rt.block_on(async move {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        // First Ctrl-C (or SIGTERM): stop the phases, clean up, still report.
+        // Second: kill what this process started and leave at once.
+        tokio::spawn(async move {
+            use tokio::signal::unix::{signal, SignalKind};
+            let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else { return };
+            let mut count = 0;
+            loop {
+                tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+                count += 1;
+                if count == 1 {
+                    eprintln!("soak: interrupted; stopping the node and writing the report (again to kill at once)");
+                    let _ = tx.send(true);
+                } else {
+                    eprintln!("soak: killing the nodes and leaving");
+                    if let Some(id) = crate::run::current_run_id() {
+                        crate::cleanup::cleanup(Some(&id));
+                    }
+                    std::process::exit(130);
+                }
+            }
+        });
+        match run::run(&opts, rx).await {
+            Ok((summary, dir)) => {
+                println!("{}", dir.join("report.md").display());
+                for c in &summary.cells {
+                    eprintln!(
+                        "soak: cell {}: {} (lost {}, corrupted {}, in doubt {}, OOM kills {}, restarts {})",
+                        c.id,
+                        c.verdict.as_str(),
+                        c.integrity.lost,
+                        c.integrity.corrupted,
+                        c.integrity.in_doubt,
+                        c.memory.oom_kills,
+                        c.restarts.len()
+                    );
+                    if let Some(e) = &c.error {
+                        eprintln!("soak: cell {}: {e}", c.id);
+                    }
+                }
+                eprintln!("soak: verdict {}", summary.verdict.as_str());
+                if summary.cells.iter().any(|c| c.error.as_deref() == Some("interrupted")) {
+                    return exit::INTERRUPTED;
+                }
+                match summary.verdict {
+                    Verdict::Pass | Verdict::Warn => exit::PASS,
+                    Verdict::Fail => exit::CHECK_FAILED,
+                    Verdict::Error => exit::ENVIRONMENT,
+                }
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                e.exit_code()
+            }
+        }
+    })
+}

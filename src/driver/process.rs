@@ -1,0 +1,385 @@
+//! A node as a local process tree: its own process group, its own cgroup,
+//! its output in the cell's `node.log`.
+//!
+//! The child is forked from a thread that lives exactly as long as the child
+//! and waits for it, because `PR_SET_PDEATHSIG` fires when the *thread* that
+//! forked exits, not the process: a short-lived tokio worker would kill the
+//! node early. With the death signal set, a SIGKILL of soak itself takes the
+//! node's leader down; its cgroup (named `soak-<run>-...`) is what `soak
+//! cleanup` uses to find anything else.
+
+use std::fs::File;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+
+use super::cgroup::{self, Cgroup};
+use super::DriverError;
+
+/// How readiness is probed.
+#[derive(Debug, Clone)]
+pub enum Probe {
+    /// A RESP `PING` answered with anything but an error (or `-NOAUTH`).
+    Resp(String),
+    /// A TCP connection accepted.
+    Tcp(String),
+}
+
+/// A fully templated node definition.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub probe: Probe,
+    pub ready_timeout: Duration,
+    pub stop_signal: Signal,
+    pub grace: Duration,
+    pub log: PathBuf,
+}
+
+/// One live incarnation of the node.
+struct Running {
+    pid: i32,
+    exit: watch::Receiver<Option<ExitStatus>>,
+}
+
+/// The node's process tree across restarts, and its cgroup.
+pub struct ProcessNode {
+    pub spec: Spec,
+    pub cgroup: Option<Cgroup>,
+    current: Option<Running>,
+    oom_seen: u64,
+}
+
+/// Why a node that was started is no longer running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Death {
+    /// The kernel's OOM killer (the cgroup's counter went up).
+    Oom,
+    /// Anything else: a crash, an exit of its own.
+    Crash,
+}
+
+pub fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exit code {c}"),
+        (_, Some(s)) => format!(
+            "signal {}",
+            Signal::try_from(s).map(|s| s.as_str().to_string()).unwrap_or_else(|_| s.to_string())
+        ),
+        _ => status.to_string(),
+    }
+}
+
+/// The last `n` lines of a log file.
+pub fn tail(path: &std::path::Path, n: usize) -> String {
+    let text = std::fs::read(path).unwrap_or_default();
+    let text = String::from_utf8_lossy(&text);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+impl ProcessNode {
+    pub fn new(spec: Spec, cgroup: Option<Cgroup>) -> ProcessNode {
+        ProcessNode {
+            spec,
+            cgroup,
+            current: None,
+            oom_seen: 0,
+        }
+    }
+
+    pub fn pid(&self) -> Option<i32> {
+        self.current.as_ref().map(|r| r.pid)
+    }
+
+    /// Every process of the node: the cgroup's, or the process group's.
+    pub fn pids(&self) -> Vec<i32> {
+        match (&self.cgroup, &self.current) {
+            (Some(cg), _) => cg.procs(),
+            (None, Some(r)) => group_members(r.pid),
+            (None, None) => vec![],
+        }
+    }
+
+    fn spawn(&mut self) -> Result<(), DriverError> {
+        let spec = self.spec.clone();
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&spec.log)
+            .map_err(|e| DriverError::Io(format!("cannot open {}: {e}", spec.log.display())))?;
+        let procs_fd = match &self.cgroup {
+            Some(cg) => Some(cg.procs_fd().map_err(|e| {
+                DriverError::Io(format!("cannot open {}/cgroup.procs: {e}", cg.path.display()))
+            })?),
+            None => None,
+        };
+        let (pid_tx, pid_rx) = std::sync::mpsc::channel();
+        let (exit_tx, exit_rx) = watch::channel(None);
+        let parent = std::process::id() as i32;
+        std::thread::Builder::new()
+            .name("soak-node-watch".into())
+            .spawn(move || {
+                let mut cmd = Command::new(&spec.argv[0]);
+                cmd.args(&spec.argv[1..])
+                    .envs(spec.env.iter().map(|(k, v)| (k, v)))
+                    .stdin(Stdio::null())
+                    .process_group(0);
+                match log.try_clone() {
+                    Ok(out) => {
+                        cmd.stdout(out).stderr(log);
+                    }
+                    Err(_) => {
+                        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+                    }
+                }
+                let fd = procs_fd.as_ref().map(cgroup::raw);
+                // SAFETY: between fork and exec only async-signal-safe calls:
+                // write(2), prctl(2), getppid(2).
+                unsafe {
+                    cmd.pre_exec(move || {
+                        if let Some(fd) = fd {
+                            if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                                return Err(std::io::Error::last_os_error());
+                            }
+                        }
+                        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        if libc::getppid() != parent {
+                            // soak died between fork and prctl.
+                            libc::_exit(1);
+                        }
+                        Ok(())
+                    });
+                }
+                match cmd.spawn() {
+                    Ok(mut child) => {
+                        drop(procs_fd);
+                        let _ = pid_tx.send(Ok(child.id() as i32));
+                        if let Ok(status) = child.wait() {
+                            let _ = exit_tx.send(Some(status));
+                        }
+                    }
+                    Err(e) => {
+                        let _ = pid_tx.send(Err(e));
+                    }
+                }
+            })
+            .map_err(|e| DriverError::Io(format!("cannot start a thread: {e}")))?;
+        let pid = pid_rx
+            .recv()
+            .map_err(|_| DriverError::Io("the spawning thread died".into()))?
+            .map_err(|source| DriverError::Spawn {
+                program: self.spec.argv[0].clone(),
+                source,
+            })?;
+        self.oom_seen = self.cgroup.as_ref().map(|c| c.oom_kills()).unwrap_or(0);
+        self.current = Some(Running { pid, exit: exit_rx });
+        Ok(())
+    }
+
+    /// Starts the node and waits until its probe answers; returns how long
+    /// that took. A node that exits or times out is killed and its log's
+    /// last lines go into the error.
+    pub async fn start(&mut self) -> Result<Duration, DriverError> {
+        let t0 = Instant::now();
+        self.spawn()?;
+        let deadline = t0 + self.spec.ready_timeout;
+        loop {
+            if let Some(status) = self.exit_status() {
+                self.current = None;
+                return Err(DriverError::ExitedBeforeReady {
+                    status: describe(status),
+                    log: self.spec.log.clone(),
+                    tail: tail(&self.spec.log, 20),
+                });
+            }
+            if probe(&self.spec.probe).await {
+                return Ok(t0.elapsed());
+            }
+            if Instant::now() >= deadline {
+                self.kill_now().await;
+                return Err(DriverError::NeverReady {
+                    timeout: self.spec.ready_timeout,
+                    probe: format!("{:?}", self.spec.probe),
+                    log: self.spec.log.clone(),
+                    tail: tail(&self.spec.log, 20),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The exit status if the current incarnation has exited.
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        self.current.as_ref().and_then(|r| *r.exit.borrow())
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.current.is_some() && self.exit_status().is_none()
+    }
+
+    /// After an exit soak did not cause: OOM kill or crash?
+    pub fn classify_death(&mut self) -> Death {
+        let now = self.cgroup.as_ref().map(|c| c.oom_kills()).unwrap_or(0);
+        let oom = now > self.oom_seen;
+        self.oom_seen = now;
+        self.current = None;
+        if oom {
+            Death::Oom
+        } else {
+            Death::Crash
+        }
+    }
+
+    /// Waits for the current incarnation to exit, up to `timeout`.
+    pub async fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let r = self.current.as_mut()?;
+        let mut rx = r.exit.clone();
+        let waited = tokio::time::timeout(timeout, rx.wait_for(|s| s.is_some())).await;
+        match waited {
+            Ok(Ok(s)) => *s,
+            _ => None,
+        }
+    }
+
+    /// Sends a signal to the node's whole process group.
+    pub fn signal(&self, sig: Signal) -> Result<(), DriverError> {
+        let Some(r) = &self.current else {
+            return Err(DriverError::NotRunning);
+        };
+        if self.exit_status().is_some() {
+            return Err(DriverError::NotRunning);
+        }
+        killpg(Pid::from_raw(r.pid), sig).map_err(|e| DriverError::Io(format!("kill({sig}): {e}")))
+    }
+
+    /// Kills with `sig` and waits for the exit (SIGKILL after 30 s if the
+    /// signal was not fatal). Also kills whatever else is left in the cgroup.
+    pub async fn kill(&mut self, sig: Signal) -> Result<ExitStatus, DriverError> {
+        self.signal(sig)?;
+        let status = match self.wait(Duration::from_secs(30)).await {
+            Some(s) => s,
+            None => {
+                let _ = self.signal(Signal::SIGKILL);
+                self.wait(Duration::from_secs(10))
+                    .await
+                    .ok_or_else(|| DriverError::Io("the node survived SIGKILL for 10 s".into()))?
+            }
+        };
+        self.reap_rest();
+        self.current = None;
+        Ok(status)
+    }
+
+    /// The suite's stop: its signal, the grace period, then SIGKILL.
+    pub async fn stop(&mut self) -> Result<ExitStatus, DriverError> {
+        if !self.is_running() {
+            self.current = None;
+            return Err(DriverError::NotRunning);
+        }
+        let _ = self.signal(self.spec.stop_signal);
+        let status = match self.wait(self.spec.grace).await {
+            Some(s) => s,
+            None => {
+                let _ = self.signal(Signal::SIGKILL);
+                self.wait(Duration::from_secs(10)).await.unwrap_or(ExitStatus::from_raw(9))
+            }
+        };
+        self.reap_rest();
+        self.current = None;
+        Ok(status)
+    }
+
+    async fn kill_now(&mut self) {
+        let _ = self.signal(Signal::SIGKILL);
+        let _ = self.wait(Duration::from_secs(10)).await;
+        self.reap_rest();
+        self.current = None;
+    }
+
+    /// Processes of the node that outlived its leader.
+    fn reap_rest(&self) {
+        if let Some(cg) = &self.cgroup {
+            cg.kill_all();
+        } else if let Some(r) = &self.current {
+            let _ = killpg(Pid::from_raw(r.pid), Signal::SIGKILL);
+        }
+    }
+
+    /// Kills everything and removes the cgroup. Idempotent; also run on drop.
+    pub fn shutdown(&mut self) {
+        if let Some(r) = &self.current {
+            if r.exit.borrow().is_none() {
+                let _ = killpg(Pid::from_raw(r.pid), Signal::SIGKILL);
+                let mut rx = r.exit.clone();
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while rx.borrow_and_update().is_none() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+        self.current = None;
+        if let Some(cg) = &mut self.cgroup {
+            let _ = cg.remove();
+        }
+    }
+}
+
+impl Drop for ProcessNode {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Members of a process group, from `/proc/*/stat`.
+fn group_members(pgid: i32) -> Vec<i32> {
+    let mut out = vec![];
+    let Ok(dir) = std::fs::read_dir("/proc") else { return out };
+    for e in dir.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // Fields after the command name (which may hold spaces) are after ')'.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.get(2).and_then(|p| p.parse::<i32>().ok()) == Some(pgid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// One readiness attempt.
+pub async fn probe(p: &Probe) -> bool {
+    let attempt = async {
+        match p {
+            Probe::Tcp(addr) => tokio::net::TcpStream::connect(addr.as_str()).await.is_ok(),
+            Probe::Resp(addr) => {
+                let Ok(mut s) = tokio::net::TcpStream::connect(addr.as_str()).await else {
+                    return false;
+                };
+                if s.write_all(b"*1\r\n$4\r\nPING\r\n").await.is_err() {
+                    return false;
+                }
+                let mut buf = [0u8; 64];
+                match s.read(&mut buf).await {
+                    Ok(n) if n > 0 => {
+                        let reply = &buf[..n];
+                        // -LOADING and the like mean "up, not serving yet".
+                        !reply.starts_with(b"-") || reply.starts_with(b"-NOAUTH")
+                    }
+                    _ => false,
+                }
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(1), attempt).await.unwrap_or(false)
+}

@@ -1,0 +1,14 @@
+//! The documented exit codes of `soak`.
+
+/// Every check passed.
+pub const PASS: i32 = 0;
+/// A check failed: the node under test misbehaved.
+pub const CHECK_FAILED: i32 = 1;
+/// The suite or the command line is invalid; nothing was started.
+pub const INVALID: i32 = 2;
+/// The environment failed: no cgroup access, Docker unreachable, a node
+/// that never became ready.
+pub const ENVIRONMENT: i32 = 3;
+/// The run was interrupted (Ctrl-C or SIGTERM) and stopped early; its
+/// report was still written.
+pub const INTERRUPTED: i32 = 130;

@@ -1,0 +1,215 @@
+//! The node's storage: RocksDB opened with the options from the command line
+//! or from a RocksDB OPTIONS file, and the properties the metrics report.
+
+use std::path::{Path, PathBuf};
+
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompactionStyle, DBCompressionType, Env,
+    Options, WriteBufferManager, WriteOptions, DB,
+};
+
+use super::StorageArgs;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open RocksDB at {path}: {source}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: rocksdb::Error,
+    },
+    #[error("cannot read the RocksDB OPTIONS file {path}: {reason}")]
+    OptionsFile { path: PathBuf, reason: String },
+}
+
+/// An open database and what the node needs to serve and report on it.
+pub struct Store {
+    pub db: DB,
+    pub wal: bool,
+    pub sync: bool,
+    pub rocksdb_version: Option<String>,
+    pub data_dir: PathBuf,
+    // Kept alive for as long as the database uses them.
+    _cache: Cache,
+    _wbm: Option<WriteBufferManager>,
+}
+
+pub fn compression(name: &str) -> Option<DBCompressionType> {
+    Some(match name {
+        "none" => DBCompressionType::None,
+        "snappy" => DBCompressionType::Snappy,
+        "lz4" => DBCompressionType::Lz4,
+        "zstd" => DBCompressionType::Zstd,
+        _ => return None,
+    })
+}
+
+pub fn compaction_style(name: &str) -> Option<DBCompactionStyle> {
+    Some(match name {
+        "level" => DBCompactionStyle::Level,
+        "universal" => DBCompactionStyle::Universal,
+        "fifo" => DBCompactionStyle::Fifo,
+        _ => return None,
+    })
+}
+
+/// Applies the command-line storage flags that were given on top of `opts`.
+fn apply_flags(opts: &mut Options, s: &StorageArgs, cache: &Cache) -> Option<WriteBufferManager> {
+    if let Some(v) = s.write_buffer_size {
+        opts.set_write_buffer_size(v as usize);
+    }
+    if let Some(v) = s.max_write_buffer_number {
+        opts.set_max_write_buffer_number(v);
+    }
+    if let Some(c) = &s.compression {
+        opts.set_compression_type(compression(c).expect("validated by clap"));
+    }
+    if let Some(c) = &s.bottommost_compression {
+        opts.set_bottommost_compression_type(compression(c).expect("validated by clap"));
+    }
+    if let Some(c) = &s.compaction_style {
+        opts.set_compaction_style(compaction_style(c).expect("validated by clap"));
+    }
+    if let Some(v) = s.max_open_files {
+        opts.set_max_open_files(v);
+    }
+    if let Some(v) = s.background_jobs {
+        opts.set_max_background_jobs(v);
+    }
+    let wbm = s.db_write_buffer_size.map(|limit| {
+        let wbm = if s.write_buffer_manager_charge_cache {
+            WriteBufferManager::new_write_buffer_manager_with_cache(
+                limit as usize,
+                false,
+                cache.clone(),
+            )
+        } else {
+            WriteBufferManager::new_write_buffer_manager(limit as usize, false)
+        };
+        opts.set_write_buffer_manager(&wbm);
+        wbm
+    });
+
+    // With an OPTIONS file, its table options stand unless a table flag is given.
+    let table_flags = s.cache_index_and_filter_blocks.is_some()
+        || s.bloom_bits.is_some()
+        || s.format_version.is_some();
+    if s.options_file.is_some() && !table_flags {
+        return wbm;
+    }
+    let cache_meta = s.cache_index_and_filter_blocks.unwrap_or(false);
+    let bloom_bits = s.bloom_bits.unwrap_or(10.0);
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(cache);
+    table.set_cache_index_and_filter_blocks(cache_meta);
+    if cache_meta {
+        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    }
+    if bloom_bits > 0.0 {
+        table.set_bloom_filter(bloom_bits, false);
+    }
+    if let Some(v) = s.format_version {
+        table.set_format_version(v);
+    }
+    opts.set_block_based_table_factory(&table);
+    wbm
+}
+
+/// RocksDB reads OPTIONS files only from a database directory, by their
+/// name, so a user's file is copied into a scratch directory first.
+fn load_options_file(path: &Path, cache: &Cache) -> Result<(Options, Vec<String>), StoreError> {
+    let fail = |reason: String| StoreError::OptionsFile {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let scratch = std::env::temp_dir().join(format!("soak-node-options-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).map_err(|e| fail(e.to_string()))?;
+    let copied = std::fs::copy(path, scratch.join("OPTIONS-000001")).map_err(|e| fail(e.to_string()));
+    let loaded = copied.and_then(|_| {
+        let env = Env::new().map_err(|e| fail(e.to_string()))?;
+        Options::load_latest(&scratch, env, false, cache.clone()).map_err(|e| fail(e.to_string()))
+    });
+    let _ = std::fs::remove_dir_all(&scratch);
+    let (opts, cfs) = loaded?;
+    Ok((opts, cfs.iter().map(|d| d.name().to_string()).collect()))
+}
+
+impl Store {
+    pub fn open(data_dir: &Path, s: &StorageArgs) -> Result<Store, StoreError> {
+        let cache = Cache::new_lru_cache(s.block_cache as usize);
+        let (mut opts, mut cfs) = match &s.options_file {
+            Some(p) => load_options_file(p, &cache)?,
+            None => (Options::default(), vec![]),
+        };
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        let wbm = apply_flags(&mut opts, s, &cache);
+
+        // A database may hold column families (written by another tool or
+        // version); all of them must be named to open it.
+        if let Ok(existing) = DB::list_cf(&opts, data_dir) {
+            for cf in existing {
+                if !cfs.contains(&cf) {
+                    cfs.push(cf);
+                }
+            }
+        }
+        cfs.retain(|c| c != "default");
+        let descriptors = cfs
+            .iter()
+            .map(|name| ColumnFamilyDescriptor::new(name, opts.clone()));
+        let db = DB::open_cf_descriptors(&opts, data_dir, descriptors).map_err(|source| {
+            StoreError::Open {
+                path: data_dir.to_path_buf(),
+                source,
+            }
+        })?;
+        let rocksdb_version = read_options_version(data_dir);
+        Ok(Store {
+            db,
+            wal: s.wal,
+            sync: s.sync,
+            rocksdb_version,
+            data_dir: data_dir.to_path_buf(),
+            _cache: cache,
+            _wbm: wbm,
+        })
+    }
+
+    /// Write options for one connection (`WriteOptions` is not `Sync`).
+    pub fn write_options(&self) -> WriteOptions {
+        let mut w = WriteOptions::default();
+        w.disable_wal(!self.wal);
+        w.set_sync(self.sync);
+        w
+    }
+
+    pub fn int_property(&self, name: &str) -> Option<u64> {
+        self.db.property_int_value(name).ok().flatten()
+    }
+
+    /// Flushes memtables and the WAL so that a clean stop leaves nothing to
+    /// replay and nothing to lose, even with the WAL off.
+    pub fn flush_all(&self) -> Result<(), rocksdb::Error> {
+        self.db.flush()?;
+        if self.wal {
+            self.db.flush_wal(true)?;
+        }
+        Ok(())
+    }
+}
+
+/// The running RocksDB's version, as it wrote it into the newest OPTIONS
+/// file of the database (`rocksdb_version=11.8.1`).
+fn read_options_version(dir: &Path) -> Option<String> {
+    let newest = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("OPTIONS-") && !n.ends_with(".dbtmp"))
+        .max_by_key(|n| n[8..].parse::<u64>().unwrap_or(0))?;
+    let text = std::fs::read_to_string(dir.join(newest)).ok()?;
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("rocksdb_version="))
+        .map(str::to_string)
+}

@@ -1,0 +1,179 @@
+//! `report.md`: the verdict first, then one section per cell.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+
+use super::{CellResult, Summary, Verdict};
+use crate::units::Bytes;
+
+fn badge(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Pass => "✅ pass",
+        Verdict::Warn => "⚠️ warn",
+        Verdict::Fail => "❌ fail",
+        Verdict::Error => "💥 error",
+    }
+}
+
+fn mib_per_h(v: Option<f64>) -> String {
+    match v {
+        Some(v) => format!("{:+.1} MiB/h", v / (1024.0 * 1024.0)),
+        None => "n/a".into(),
+    }
+}
+
+fn value_text(v: &serde_json::Value, unit: &str) -> String {
+    match (v, unit) {
+        (serde_json::Value::Null, _) => "n/a".into(),
+        (serde_json::Value::Number(n), "bytes/h") => mib_per_h(n.as_f64()),
+        (serde_json::Value::Number(n), "bytes") => Bytes(n.as_f64().unwrap_or(0.0) as u64).to_string(),
+        (v, _) => v.to_string(),
+    }
+}
+
+pub fn write(w: &mut impl Write, s: &Summary, charts: &BTreeMap<String, Vec<(f64, u64)>>) -> io::Result<()> {
+    writeln!(w, "# soak: {} — {}\n", s.suite, badge(s.verdict))?;
+    if !s.description.trim().is_empty() {
+        for line in s.description.trim().lines() {
+            writeln!(w, "> {line}")?;
+        }
+        writeln!(w)?;
+    }
+    writeln!(
+        w,
+        "Run `{}` of `{}`, started {}, took {}; soak {}.\n",
+        s.run_id,
+        s.suite_file,
+        s.started_at,
+        super::human_duration(std::time::Duration::from_secs_f64(s.duration_s)),
+        s.soak_version
+    )?;
+    writeln!(w, "| cell | verdict | acknowledged | lost | corrupted | in doubt | OOM kills | restarts | peak RSS | RSS growth | ops/s | p99 |")?;
+    writeln!(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")?;
+    for c in &s.cells {
+        let (ops, p99) = c
+            .load
+            .as_ref()
+            .map(|l| (format!("{:.0}", l.ops_per_s), format!("{:.2} ms", l.latency_us.p99 as f64 / 1000.0)))
+            .unwrap_or(("n/a".into(), "n/a".into()));
+        writeln!(
+            w,
+            "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            c.id,
+            badge(c.verdict),
+            c.integrity.acknowledged,
+            c.integrity.lost,
+            c.integrity.corrupted,
+            c.integrity.in_doubt,
+            c.memory.oom_kills,
+            c.restarts.len(),
+            Bytes(c.memory.peak_rss_bytes),
+            mib_per_h(c.memory.slope_bytes_per_hour),
+            ops,
+            p99
+        )?;
+    }
+    writeln!(w)?;
+    for c in &s.cells {
+        cell(w, c, charts.get(&c.id).map(Vec::as_slice).unwrap_or(&[]))?;
+    }
+    Ok(())
+}
+
+fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<()> {
+    writeln!(w, "## `{}` — {}\n", c.id, badge(c.verdict))?;
+    if let Some(e) = &c.error {
+        writeln!(w, "**The cell could not finish:**\n\n```\n{}\n```\n", e.trim())?;
+    }
+    if !c.params.is_empty() {
+        let p: Vec<String> = c.params.iter().map(|(k, v)| format!("`{k}={v}`")).collect();
+        writeln!(w, "Parameters: {}\n", p.join(", "))?;
+    }
+    if !c.checks.is_empty() {
+        writeln!(w, "| check | verdict | measured | limit |\n|---|---|---:|---:|")?;
+        for k in &c.checks {
+            writeln!(w, "| {} | {} | {} | {} |", k.name, badge(k.verdict), value_text(&k.value, &k.unit), value_text(&k.limit, &k.unit))?;
+        }
+        writeln!(w)?;
+    }
+    let i = &c.integrity;
+    writeln!(
+        w,
+        "**Integrity:** {} writes acknowledged; on read-back {} keys as expected, {} lost, {} corrupted, {} in doubt (in flight at a failure), {} resurrected.\n",
+        i.acknowledged, i.verified, i.lost, i.corrupted, i.in_doubt, i.resurrected
+    )?;
+    let m = &c.memory;
+    writeln!(
+        w,
+        "**Memory:** peak RSS {}, peak cgroup {}, limit {}; RSS growth {} (cgroup {}); {} OOM kills; {} samples.\n",
+        Bytes(m.peak_rss_bytes),
+        Bytes(m.peak_cgroup_bytes),
+        m.limit_bytes.map(|l| Bytes(l).to_string()).unwrap_or_else(|| "none".into()),
+        mib_per_h(m.slope_bytes_per_hour),
+        mib_per_h(m.cgroup_slope_bytes_per_hour),
+        m.oom_kills,
+        m.samples
+    )?;
+    chart_rss(w, &c.id, chart, m.limit_bytes)?;
+    if !c.restarts.is_empty() {
+        writeln!(w, "| restart | reason | at | ready after | previous incarnation ended by |\n|---:|---|---:|---:|---|")?;
+        for (n, r) in c.restarts.iter().enumerate() {
+            writeln!(w, "| {} | {} | {:.1} s | {} ms | {} |", n + 1, r.reason, r.at_s, r.ready_after_ms, r.exit)?;
+        }
+        writeln!(w)?;
+    }
+    if let Some(l) = &c.load {
+        writeln!(
+            w,
+            "**Load:** {:.0} ops/s over {:.0} s ({} SET, {} GET, {} DEL acknowledged; {} errors; {} not sent while the node was down; {} corrupted reads). Latency from scheduled start: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms.\n",
+            l.ops_per_s,
+            l.active_s,
+            l.sets,
+            l.gets,
+            l.dels,
+            l.errors,
+            l.unavailable,
+            l.corrupted_reads,
+            l.latency_us.p50 as f64 / 1000.0,
+            l.latency_us.p90 as f64 / 1000.0,
+            l.latency_us.p99 as f64 / 1000.0,
+            l.latency_us.p999 as f64 / 1000.0,
+            l.latency_us.max as f64 / 1000.0
+        )?;
+    }
+    if !c.phases.is_empty() {
+        writeln!(w, "<details><summary>Phases</summary>\n\n| phase | from | to | outcome |\n|---|---:|---:|---|")?;
+        for p in &c.phases {
+            writeln!(w, "| {} | {:.1} s | {:.1} s | {} |", p.phase, p.start_s, p.end_s, p.outcome)?;
+        }
+        writeln!(w, "\n</details>\n")?;
+    }
+    if !c.files.is_empty() {
+        let f: Vec<String> = c.files.iter().map(|(k, v)| format!("[{k}]({v})")).collect();
+        writeln!(w, "Files: {}\n", f.join(", "))?;
+    }
+    Ok(())
+}
+
+/// RSS over time as a mermaid line chart, with the limit as a second line.
+fn chart_rss(w: &mut impl Write, id: &str, points: &[(f64, u64)], limit: Option<u64>) -> io::Result<()> {
+    if points.len() < 2 {
+        return Ok(());
+    }
+    const MAX: usize = 60;
+    let step = (points.len() as f64 / MAX as f64).max(1.0);
+    let picked: Vec<(f64, u64)> = (0..points.len().min(MAX)).map(|i| points[(i as f64 * step) as usize]).collect();
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let top = picked.iter().map(|p| mib(p.1)).fold(limit.map(mib).unwrap_or(0.0), f64::max) * 1.1;
+    let t_end = picked.last().map(|p| p.0).unwrap_or(0.0);
+    writeln!(w, "```mermaid\nxychart-beta\n    title \"RSS of {id} (MiB{})\"", if limit.is_some() { "; flat line: the limit" } else { "" })?;
+    writeln!(w, "    x-axis \"seconds\" 0 --> {:.0}", t_end.ceil())?;
+    writeln!(w, "    y-axis \"MiB\" 0 --> {:.0}", top.ceil().max(1.0))?;
+    let series: Vec<String> = picked.iter().map(|p| format!("{:.1}", mib(p.1))).collect();
+    writeln!(w, "    line [{}]", series.join(", "))?;
+    if let Some(l) = limit {
+        let flat: Vec<String> = picked.iter().map(|_| format!("{:.1}", mib(l))).collect();
+        writeln!(w, "    line [{}]", flat.join(", "))?;
+    }
+    writeln!(w, "```\n")
+}

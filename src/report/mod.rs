@@ -1,0 +1,160 @@
+//! The result model of a run and its exporters: `summary.json` (a stable,
+//! versioned contract) and `report.md` (GitHub-flavoured, charts as mermaid
+//! `xychart-beta` so they render in a pull request comment).
+
+pub mod markdown;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::verify::Integrity;
+
+/// Bumped only when a field of the contract changes meaning; new fields
+/// may be added at any version.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Pass,
+    Warn,
+    Fail,
+    Error,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Warn => "warn",
+            Verdict::Fail => "fail",
+            Verdict::Error => "error",
+        }
+    }
+}
+
+/// The whole run: what `summary.json` holds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub schema_version: u32,
+    pub suite: String,
+    pub description: String,
+    /// "pass", "fail" or "error" (a warning alone passes).
+    pub verdict: Verdict,
+    pub run_id: String,
+    pub started_at: String,
+    pub duration_s: f64,
+    pub suite_file: String,
+    pub soak_version: String,
+    pub cells: Vec<CellResult>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CellResult {
+    pub id: String,
+    pub params: BTreeMap<String, String>,
+    pub verdict: Verdict,
+    /// Why the cell could not finish (verdict "error").
+    pub error: Option<String>,
+    pub checks: Vec<CheckResult>,
+    pub integrity: Integrity,
+    pub memory: MemorySummary,
+    pub restarts: Vec<Restart>,
+    pub load: Option<LoadSummary>,
+    pub phases: Vec<PhaseRecord>,
+    /// Paths of the cell's files, relative to the report folder.
+    pub files: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckResult {
+    pub name: String,
+    /// "pass", "fail" or "warn".
+    pub verdict: Verdict,
+    pub value: serde_json::Value,
+    pub limit: serde_json::Value,
+    pub unit: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MemorySummary {
+    pub peak_rss_bytes: u64,
+    pub peak_cgroup_bytes: u64,
+    pub limit_bytes: Option<u64>,
+    /// Growth of the RSS, Theil-Sen, pooled over segments between restarts.
+    pub slope_bytes_per_hour: Option<f64>,
+    pub cgroup_slope_bytes_per_hour: Option<f64>,
+    pub oom_kills: u64,
+    pub samples: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Restart {
+    /// "chaos", "oom", "crash" or "upgrade".
+    pub reason: &'static str,
+    /// Seconds since the cell started, when the node was down.
+    pub at_s: f64,
+    pub ready_after_ms: u64,
+    /// How the previous incarnation ended.
+    pub exit: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadSummary {
+    pub active_s: f64,
+    pub sets: u64,
+    pub gets: u64,
+    pub dels: u64,
+    pub errors: u64,
+    pub unavailable: u64,
+    pub corrupted_reads: u64,
+    pub ops_per_s: f64,
+    pub latency_us: Latency,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Latency {
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub max: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseRecord {
+    pub phase: String,
+    pub start_s: f64,
+    pub end_s: f64,
+    pub outcome: String,
+}
+
+/// `90s`, `12m 5s`, `2h 3m`, `450ms`.
+pub fn human_duration(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 1.0 {
+        return format!("{}ms", d.as_millis());
+    }
+    let total = d.as_secs();
+    let (h, m, sec) = (total / 3600, (total % 3600) / 60, total % 60);
+    match (h, m) {
+        (0, 0) if s.fract() > 0.0 && s < 10.0 => format!("{s:.1}s"),
+        (0, 0) => format!("{sec}s"),
+        (0, _) if sec == 0 => format!("{m}m"),
+        (0, _) => format!("{m}m {sec}s"),
+        _ if m == 0 => format!("{h}h"),
+        _ => format!("{h}h {m}m"),
+    }
+}
+
+/// Writes `summary.json` and `report.md` into `dir`, replacing them.
+pub fn write_all(dir: &Path, summary: &Summary, charts: &BTreeMap<String, Vec<(f64, u64)>>) -> std::io::Result<()> {
+    let json = serde_json::to_string_pretty(summary).map_err(std::io::Error::other)?;
+    std::fs::write(dir.join("summary.json"), json + "\n")?;
+    let mut md = Vec::new();
+    markdown::write(&mut md, summary, charts)?;
+    std::fs::write(dir.join("report.md"), md)
+}

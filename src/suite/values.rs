@@ -1,0 +1,186 @@
+//! Typed suite values read from YAML: sizes, durations, rates, counts,
+//! signals and growth rates. Each one fails during deserialization, so the
+//! error carries the line, the column and the path of the bad value.
+
+use std::fmt;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize};
+
+use crate::units;
+
+/// Levenshtein distance, for "did you mean" hints.
+pub fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The candidate nearest to `word`, if it is near enough to be a typo.
+pub fn near_miss<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let lw = word.to_ascii_lowercase();
+    candidates
+        .into_iter()
+        .map(|c| (distance(&lw, &c.to_ascii_lowercase()), c))
+        .filter(|(d, c)| *d <= (c.len() / 3).max(1))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// ", did you mean X?" or nothing.
+pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    near_miss(word, candidates)
+        .map(|c| format!("; did you mean `{c}`?"))
+        .unwrap_or_default()
+}
+
+/// Accepts a YAML string or number and hands its text to `parse`.
+struct TextVisitor<F>(&'static str, F);
+
+impl<'de, T, F: Fn(&str) -> Result<T, String>> Visitor<'de> for TextVisitor<F> {
+    type Value = T;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(self.0)
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
+        (self.1)(v).map_err(E::custom)
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<T, E> {
+        (self.1)(&v.to_string()).map_err(E::custom)
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<T, E> {
+        (self.1)(&v.to_string()).map_err(E::custom)
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<T, E> {
+        (self.1)(&v.to_string()).map_err(E::custom)
+    }
+}
+
+macro_rules! text_value {
+    ($ty:ident, $expecting:expr, $parse:expr) => {
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                d.deserialize_any(TextVisitor($expecting, $parse))
+            }
+        }
+    };
+}
+
+/// A byte size: `256MiB`, `64KB`, `4096`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Size(pub u64);
+text_value!(Size, "a size such as 256MiB", |s: &str| units::parse_size(s)
+    .map(Size)
+    .map_err(|e| e.to_string()));
+
+/// A duration: `500ms`, `90s`, `20m`, `2h`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Dur(pub Duration);
+text_value!(Dur, "a duration such as 90s", |s: &str| units::parse_duration(s)
+    .map(Dur)
+    .map_err(|e| e.to_string()));
+
+impl Serialize for Dur {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.0.as_secs_f64())
+    }
+}
+
+/// Operations per second: `2000/s`, `20k/s`.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize)]
+pub struct Rate(pub f64);
+text_value!(Rate, "a rate such as 2000/s or 20k/s", |s: &str| {
+    let r = units::parse_rate(s).map_err(|e| e.to_string())?;
+    if r > 0.0 {
+        Ok(Rate(r))
+    } else {
+        Err(format!("{s:?} is not a valid rate: it must be above 0"))
+    }
+});
+
+/// A whole number, where `1_000_000` is allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Count(pub u64);
+text_value!(Count, "a whole number such as 100_000", |s: &str| {
+    let clean: String = s.chars().filter(|c| *c != '_').collect();
+    clean
+        .parse()
+        .map(Count)
+        .map_err(|_| format!("{s:?} is not a whole number (write e.g. 100_000)"))
+});
+
+/// A growth rate in bytes per hour: `20MiB/h`, `1MiB/m`, `10KiB/s`.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize)]
+pub struct GrowthRate(pub f64);
+text_value!(GrowthRate, "a growth rate such as 20MiB/h", |s: &str| {
+    let hint = || format!("{s:?} is not a valid growth rate: write a size per hour, minute or second, e.g. 20MiB/h");
+    let (size, per) = s.trim().rsplit_once('/').ok_or_else(hint)?;
+    let bytes = units::parse_size(size).map_err(|e| e.to_string())? as f64;
+    let factor = match per {
+        "h" => 1.0,
+        "m" | "min" => 60.0,
+        "s" => 3600.0,
+        _ => return Err(hint()),
+    };
+    Ok(GrowthRate(bytes * factor))
+});
+
+pub const SIGNALS: [&str; 12] = [
+    "SIGKILL", "SIGTERM", "SIGINT", "SIGQUIT", "SIGHUP", "SIGABRT", "SIGSEGV", "SIGUSR1",
+    "SIGUSR2", "SIGSTOP", "SIGCONT", "SIGBUS",
+];
+
+/// A signal by name: `SIGKILL`, `KILL`, `sigterm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sig(pub Signal);
+
+pub fn parse_signal(s: &str) -> Result<Signal, String> {
+    let up = s.trim().to_ascii_uppercase();
+    let full = if up.starts_with("SIG") { up.clone() } else { format!("SIG{up}") };
+    if SIGNALS.contains(&full.as_str()) {
+        if let Ok(sig) = full.parse::<Signal>() {
+            return Ok(sig);
+        }
+    }
+    Err(format!(
+        "unknown signal `{s}`{}; signals: {}",
+        did_you_mean(&full, SIGNALS),
+        SIGNALS.join(", ")
+    ))
+}
+text_value!(Sig, "a signal name such as SIGKILL", |s: &str| parse_signal(s).map(Sig));
+
+impl Serialize for Sig {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0.as_str())
+    }
+}
+
+impl fmt::Display for Sig {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(self.0.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn near_misses() {
+        assert_eq!(near_miss("jemaloc", ["glibc", "jemalloc", "mimalloc"]), Some("jemalloc"));
+        assert_eq!(near_miss("zzz", ["glibc", "jemalloc"]), None);
+        assert!(parse_signal("SIGKIL").unwrap_err().contains("did you mean `SIGKILL`"));
+        assert_eq!(parse_signal("kill").unwrap(), Signal::SIGKILL);
+    }
+}

@@ -1,0 +1,143 @@
+//! Samplers: the node's memory, read at a fixed interval and written to the
+//! cell's `samples.csv` as each sample is taken, so a run that dies keeps
+//! what it saw.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::driver::cgroup::Cgroup;
+
+/// One sample. Byte figures are 0 when there was nothing to read.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Sample {
+    /// Seconds since the cell started.
+    pub t: f64,
+    /// Which incarnation of the node (0, then +1 at every start).
+    pub segment: u32,
+    pub up: bool,
+    /// Resident set size of all the node's processes.
+    pub rss: u64,
+    pub cgroup: u64,
+    pub cgroup_anon: u64,
+    pub cgroup_file: u64,
+}
+
+/// What the sampler reads from; the phase engine updates it as the node
+/// restarts.
+#[derive(Clone)]
+pub struct Target {
+    /// The node's leader pid (0: not running).
+    pub pid: Arc<AtomicI32>,
+    pub segment: Arc<AtomicU32>,
+    pub cgroup: Option<Arc<Cgroup>>,
+}
+
+/// Resident bytes of one process, from `/proc/PID/status` (VmRSS).
+pub fn rss_of(pid: i32) -> u64 {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return 0;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+/// The leader and its descendants, from `/proc/*/stat`.
+pub fn process_tree(root: i32) -> Vec<i32> {
+    let mut parent_of = vec![];
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+            let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+            if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|p| p.parse::<i32>().ok()) {
+                parent_of.push((pid, ppid));
+            }
+        }
+    }
+    let mut tree = vec![root];
+    let mut i = 0;
+    while i < tree.len() {
+        let p = tree[i];
+        tree.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    tree
+}
+
+impl Target {
+    pub fn sample(&self, t: f64) -> Sample {
+        let pid = self.pid.load(Relaxed);
+        let pids = match (&self.cgroup, pid) {
+            (Some(cg), _) => cg.procs(),
+            (None, 0) => vec![],
+            (None, pid) => process_tree(pid),
+        };
+        let mem = self.cgroup.as_ref().map(|c| c.memory()).unwrap_or_default();
+        Sample {
+            t,
+            segment: self.segment.load(Relaxed),
+            up: pid != 0,
+            rss: pids.iter().map(|p| rss_of(*p)).sum(),
+            cgroup: mem.usage,
+            cgroup_anon: mem.anon,
+            cgroup_file: mem.file,
+        }
+    }
+}
+
+/// A running sampler; `stop` returns every sample taken.
+pub struct Sampler {
+    stop: watch::Sender<bool>,
+    handle: JoinHandle<()>,
+    samples: Arc<Mutex<Vec<Sample>>>,
+}
+
+impl Sampler {
+    pub fn start(target: Target, interval: Duration, csv: PathBuf, origin: tokio::time::Instant) -> std::io::Result<Sampler> {
+        let mut file = std::fs::File::create(&csv)?;
+        writeln!(file, "t_s,segment,up,rss_bytes,cgroup_bytes,cgroup_anon_bytes,cgroup_file_bytes")?;
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let (stop, mut stopped) = watch::channel(false);
+        let store = samples.clone();
+        let handle = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stopped.changed() => break,
+                    _ = tick.tick() => {
+                        let target = target.clone();
+                        let t = origin.elapsed().as_secs_f64();
+                        let Ok(s) = tokio::task::spawn_blocking(move || target.sample(t)).await else { continue };
+                        let _ = writeln!(
+                            file,
+                            "{:.3},{},{},{},{},{},{}",
+                            s.t, s.segment, u8::from(s.up), s.rss, s.cgroup, s.cgroup_anon, s.cgroup_file
+                        );
+                        let _ = file.flush();
+                        store.lock().expect("samples lock").push(s);
+                    }
+                }
+            }
+        });
+        Ok(Sampler { stop, handle, samples })
+    }
+
+    pub async fn stop(self) -> Vec<Sample> {
+        let _ = self.stop.send(true);
+        let _ = self.handle.await;
+        let s = self.samples.lock().expect("samples lock");
+        s.clone()
+    }
+}

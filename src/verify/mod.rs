@@ -1,0 +1,108 @@
+//! Verification: read back every key the ledger knows and judge it.
+//!
+//! Online verification reads through the node itself with pipelined MGETs,
+//! so it works with any node that speaks RESP.
+
+use std::time::{Duration, Instant};
+
+use redis::AsyncConnectionConfig;
+use serde::Serialize;
+
+use crate::workload::ledger::{KeyVerdict, Ledger};
+
+/// Keys per MGET.
+const BATCH: usize = 1000;
+/// MGETs in flight at once on the one connection.
+const PIPELINE: usize = 8;
+
+/// Counts of one verification (or of several, added up).
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct Integrity {
+    /// Writes the node acknowledged during the run.
+    pub acknowledged: u64,
+    /// Keys read back and found as the ledger expected.
+    pub verified: u64,
+    pub lost: u64,
+    pub corrupted: u64,
+    pub in_doubt: u64,
+    pub resurrected: u64,
+}
+
+impl Integrity {
+    pub fn add(&mut self, o: &Integrity) {
+        self.verified += o.verified;
+        self.lost += o.lost;
+        self.corrupted += o.corrupted;
+        self.in_doubt += o.in_doubt;
+        self.resurrected += o.resurrected;
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("verification could not read from {target}: {reason}")]
+pub struct VerifyError {
+    pub target: String,
+    pub reason: String,
+}
+
+/// Reads back every touched key through the node at `target`.
+/// `progress` is called with (keys done, keys in all) now and then.
+pub async fn online(
+    target: &str,
+    ledger: &Ledger,
+    timeout: Duration,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<Integrity, VerifyError> {
+    let fail = |reason: String| VerifyError {
+        target: target.to_string(),
+        reason,
+    };
+    let client = redis::Client::open(format!("redis://{target}/")).map_err(|e| fail(e.to_string()))?;
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(5)))
+        .set_response_timeout(Some(timeout.max(Duration::from_secs(10))));
+    let mut con = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    let keys: Vec<usize> = (0..ledger.keys()).filter(|k| ledger.is_touched(*k)).collect();
+    let mut out = Integrity::default();
+    let mut last_report = Instant::now();
+    for group in keys.chunks(BATCH * PIPELINE) {
+        let batches: Vec<&[usize]> = group.chunks(BATCH).collect();
+        let replies = futures::future::join_all(batches.iter().map(|batch| {
+            let mut con = con.clone();
+            let names: Vec<String> = batch.iter().map(|k| Ledger::key_name(*k)).collect();
+            async move {
+                redis::cmd("MGET")
+                    .arg(&names)
+                    .query_async::<Vec<Option<Vec<u8>>>>(&mut con)
+                    .await
+            }
+        }))
+        .await;
+        for (batch, reply) in batches.iter().zip(replies) {
+            let values = reply.map_err(|e| fail(e.to_string()))?;
+            if values.len() != batch.len() {
+                return Err(fail(format!("MGET of {} keys returned {} values", batch.len(), values.len())));
+            }
+            for (k, v) in batch.iter().zip(values) {
+                match ledger.judge(*k, ledger.decode(*k, v.as_deref())) {
+                    KeyVerdict::Ok => out.verified += 1,
+                    KeyVerdict::InDoubt => out.in_doubt += 1,
+                    KeyVerdict::Lost => out.lost += 1,
+                    KeyVerdict::Corrupted => out.corrupted += 1,
+                    KeyVerdict::Resurrected => out.resurrected += 1,
+                    KeyVerdict::Untouched => {}
+                }
+            }
+        }
+        if last_report.elapsed() > Duration::from_secs(1) {
+            progress(out.verified as usize + out.in_doubt as usize + out.lost as usize, keys.len());
+            last_report = Instant::now();
+        }
+        let _ = &mut con;
+    }
+    progress(keys.len(), keys.len());
+    Ok(out)
+}

@@ -1,0 +1,115 @@
+//! Helpers for tests that start the real binaries.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Fails with the command that installs a missing Debian tool, instead of
+/// skipping the test.
+pub fn require_tool(tool: &str, package: &str) {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+        .unwrap_or(false);
+    assert!(found, "{tool} is missing: run `apt-get install {package}` (or scripts/deps)");
+}
+
+pub fn require_file(path: &str, package: &str) {
+    assert!(
+        Path::new(path).exists(),
+        "{path} is missing: run `apt-get install {package}` (or scripts/deps)"
+    );
+}
+
+/// A soak-node child process, killed (SIGKILL) when dropped.
+pub struct Node {
+    pub child: Child,
+    pub resp: String,
+    pub metrics: Option<String>,
+    pub port: u16,
+    pub ready_line: String,
+    // Held open: a node that writes to a closed pipe would fail.
+    _stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Node {
+    pub fn start(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Node {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_soak-node"));
+        cmd.arg("--data-dir")
+            .arg(data_dir)
+            .args(["--port", "0", "--metrics-port", "0"])
+            .args(extra)
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().expect("spawn soak-node");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        let mut stdout = BufReader::new(stdout);
+        stdout.read_line(&mut line).unwrap();
+        assert!(
+            line.starts_with("soak-node ready:"),
+            "soak-node did not get ready; it printed {line:?}, exit {:?}",
+            child.try_wait()
+        );
+        let field = |name: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(name))
+                .map(str::to_string)
+        };
+        let resp = field("resp=").unwrap();
+        let metrics = field("metrics=").filter(|m| m != "off");
+        let port = resp.rsplit(':').next().unwrap().parse().unwrap();
+        Node {
+            child,
+            resp,
+            metrics,
+            port,
+            ready_line: line.trim().to_string(),
+            _stdout: stdout,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://{}/", self.resp)
+    }
+
+    pub fn sigkill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// SIGTERM, then the exit status (within 30 s).
+    pub fn sigterm(mut self) -> std::process::ExitStatus {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        for _ in 0..300 {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("soak-node did not exit within 30 s of SIGTERM");
+    }
+
+    /// GET /metrics over plain HTTP.
+    pub fn scrape(&self) -> String {
+        let addr = self.metrics.as_ref().expect("metrics endpoint");
+        let mut s = TcpStream::connect(addr).unwrap();
+        write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        let (head, body) = body.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        body.to_string()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

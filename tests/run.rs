@@ -1,0 +1,225 @@
+//! `soak run` end to end, with real nodes, cgroups and allocators: the
+//! verdicts a release engineer relies on, each shown able to fail, and
+//! nothing left behind afterwards.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::require_tool;
+use serde_json::Value;
+
+fn suite(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
+}
+
+struct Run {
+    out: Output,
+    summary: Option<Value>,
+    report_dir: Option<PathBuf>,
+    _dir: tempfile::TempDir,
+}
+
+impl Run {
+    fn code(&self) -> i32 {
+        self.out.status.code().unwrap_or(-1)
+    }
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
+    fn summary(&self) -> &Value {
+        self.summary.as_ref().unwrap_or_else(|| panic!("no summary.json; stderr:\n{}", self.stderr()))
+    }
+    fn cell(&self) -> &Value {
+        &self.summary()["cells"][0]
+    }
+}
+
+fn soak_run(suite_file: &str, extra: &[&str]) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .arg("run")
+        .arg(suite(suite_file))
+        .arg("--out")
+        .arg(dir.path())
+        .args(extra)
+        .env("SOAK_NODE", env!("CARGO_BIN_EXE_soak-node"))
+        .output()
+        .unwrap();
+    // reports/<suite>/<time>-<id>/summary.json
+    let report_dir = walk(dir.path()).into_iter().find(|p| p.ends_with("summary.json")).map(|p| p.parent().unwrap().to_path_buf());
+    let summary = report_dir.as_ref().map(|d| serde_json::from_str(&std::fs::read_to_string(d.join("summary.json")).unwrap()).unwrap());
+    let run = Run { out, summary, report_dir, _dir: dir };
+    assert_nothing_left(&run);
+    run
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![];
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// No process labelled with the run, no cgroup of the run.
+fn assert_nothing_left(run: &Run) {
+    let Some(dir) = &run.report_dir else { return };
+    let id = dir.file_name().unwrap().to_string_lossy().rsplit('-').next().unwrap().to_string();
+    let procs: Vec<i32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+        .filter(|pid| soak::cleanup::run_label(*pid).as_deref() == Some(id.as_str()))
+        .collect();
+    assert!(procs.is_empty(), "processes of run {id} left: {procs:?}");
+    if let Ok(h) = soak::driver::cgroup::detect() {
+        let left: Vec<_> = std::fs::read_dir(&h.own)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("soak-{id}")))
+            .map(|e| e.path())
+            .collect();
+        assert!(left.is_empty(), "cgroups of run {id} left: {left:?}");
+    }
+}
+
+#[test]
+fn smoke_suite_passes_shortened() {
+    let run = soak_run("suites/smoke.yaml", &["--duration-scale", "0.2"]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let s = run.summary();
+    assert_eq!(s["schema_version"], 1);
+    assert_eq!(s["suite"], "smoke");
+    assert_eq!(s["verdict"], "pass");
+    let c = run.cell();
+    assert_eq!(c["verdict"], "pass");
+    let i = &c["integrity"];
+    assert!(i["acknowledged"].as_u64().unwrap() > 1000, "{i}");
+    assert!(i["verified"].as_u64().unwrap() > 1000, "{i}");
+    assert_eq!(i["lost"], 0);
+    assert_eq!(i["corrupted"], 0);
+    let restarts = c["restarts"].as_array().unwrap();
+    assert_eq!(restarts.len(), 2, "{restarts:?}");
+    assert!(restarts.iter().all(|r| r["reason"] == "chaos"));
+    assert!(c["memory"]["peak_rss_bytes"].as_u64().unwrap() > 1 << 20);
+    assert!(c["memory"]["peak_cgroup_bytes"].as_u64().unwrap() > 1 << 20);
+    assert_eq!(c["memory"]["limit_bytes"], 256 << 20);
+    for name in ["lost_writes", "corrupted_writes", "oom_kills"] {
+        assert!(c["checks"].as_array().unwrap().iter().any(|k| k["name"] == name && k["verdict"] == "pass"), "{name}");
+    }
+    let report = std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+    assert!(report.starts_with("# soak: smoke — ✅ pass"), "{report}");
+    assert!(report.contains("xychart-beta"));
+    let cell_dir = run.report_dir.as_ref().unwrap().join("cells/default");
+    let samples = std::fs::read_to_string(cell_dir.join("samples.csv")).unwrap();
+    assert!(samples.lines().count() > 5, "{samples}");
+    assert!(std::fs::read_to_string(cell_dir.join("node.log")).unwrap().contains("soak-node ready"));
+}
+
+#[test]
+fn writes_lost_without_a_wal_fail_the_run() {
+    let run = soak_run("tests/suites/wal-off.yaml", &[]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    assert_eq!(run.summary()["verdict"], "fail");
+    let c = run.cell();
+    assert!(c["integrity"]["lost"].as_u64().unwrap() > 0, "{}", c["integrity"]);
+    let check = c["checks"].as_array().unwrap().iter().find(|k| k["name"] == "lost_writes").unwrap();
+    assert_eq!(check["verdict"], "fail");
+    assert_eq!(c["restarts"][0]["reason"], "chaos");
+}
+
+#[test]
+fn a_node_that_outgrows_its_limit_is_oom_killed_and_restarted() {
+    require_tool("redis-server", "redis-server");
+    let run = soak_run("tests/suites/oom-redis.yaml", &[]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let c = run.cell();
+    assert!(c["memory"]["oom_kills"].as_u64().unwrap() >= 1, "{}", c["memory"]);
+    assert_eq!(c["restarts"][0]["reason"], "oom", "{}", c["restarts"]);
+    let check = c["checks"].as_array().unwrap().iter().find(|k| k["name"] == "oom_kills").unwrap();
+    assert_eq!(check["verdict"], "fail");
+}
+
+#[test]
+fn a_node_that_never_gets_ready_is_an_environment_error_with_its_log() {
+    let run = soak_run("tests/suites/never-ready.yaml", &[]);
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    let err = run.stderr();
+    assert!(err.contains("did not get ready within"), "{err}");
+    assert!(err.contains("fatal: cannot open the database: permission denied"), "{err}");
+    assert_eq!(run.summary()["verdict"], "error");
+}
+
+#[test]
+fn an_invalid_suite_is_refused_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "name: x\nnode:\n  command: [a]\n  ready: { tcp: \"127.0.0.1:1\" }\nphases:\n  - run: 1s\n  - kill: SIGKIL\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_soak")).args(["run"]).arg(&bad).arg("--out").arg(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.yaml:7:11: phases[1].kill: unknown signal `SIGKIL`; did you mean `SIGKILL`?"), "{err}");
+    assert!(!dir.path().join("x").exists(), "a report folder was made for an invalid suite");
+}
+
+#[test]
+fn every_suite_in_suites_validates() {
+    let suites: Vec<PathBuf> = std::fs::read_dir(suite("suites"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    assert!(!suites.is_empty());
+    let out = Command::new(env!("CARGO_BIN_EXE_soak")).arg("validate").args(&suites).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn an_interrupted_run_still_reports_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .arg("run")
+        .arg(suite("suites/smoke.yaml"))
+        .arg("--out")
+        .arg(dir.path())
+        .env("SOAK_NODE", env!("CARGO_BIN_EXE_soak-node"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the node is ready and under load.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let events = loop {
+        if let Some(e) = walk(dir.path()).into_iter().find(|p| p.ends_with("events.jsonl")) {
+            if std::fs::read_to_string(&e).unwrap().contains("\"phase\"") {
+                break e;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "the run never started");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let report_dir = events.parent().unwrap().parent().unwrap().parent().unwrap();
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(report_dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["verdict"], "error");
+    assert_eq!(summary["cells"][0]["error"], "interrupted");
+    let run = Run {
+        out: Output { status, stdout: vec![], stderr: vec![] },
+        summary: Some(summary),
+        report_dir: Some(report_dir.to_path_buf()),
+        _dir: dir,
+    };
+    assert_nothing_left(&run);
+}
