@@ -29,13 +29,19 @@ pub fn run_label(pid: i32) -> Option<String> {
 pub fn kill_labelled(run: Option<&str>) -> Vec<(i32, String)> {
     let me = std::process::id() as i32;
     let mut killed = vec![];
-    let Ok(dir) = std::fs::read_dir("/proc") else { return killed };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return killed;
+    };
     for e in dir.flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
         if pid == me {
             continue;
         }
-        let Some(label) = run_label(pid) else { continue };
+        let Some(label) = run_label(pid) else {
+            continue;
+        };
         if run.is_none_or(|r| r == label) {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
             killed.push((pid, label));
@@ -49,7 +55,9 @@ fn walk(dir: &Path, depth: usize, version: Version, run: Option<&str>, out: &mut
         return;
     }
     out.extend(cgroup::cleanup_in(dir, version, run));
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in entries.flatten() {
         let p = e.path();
         let is_soak = e.file_name().to_string_lossy().starts_with(cgroup::PREFIX);

@@ -74,7 +74,11 @@ pub fn main() -> i32 {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { exit::INVALID } else { exit::PASS };
+            return if e.use_stderr() {
+                exit::INVALID
+            } else {
+                exit::PASS
+            };
         }
     };
     match cli.command {
@@ -82,7 +86,12 @@ pub fn main() -> i32 {
             let mut code = exit::PASS;
             for s in suites {
                 match Suite::load(&s) {
-                    Ok(suite) => println!("{}: ok ({}, {} phases)", s.display(), suite.name, suite.phases.len()),
+                    Ok(suite) => println!(
+                        "{}: ok ({}, {} phases)",
+                        s.display(),
+                        suite.name,
+                        suite.phases.len()
+                    ),
                     Err(e) => {
                         eprintln!("error: {e}");
                         code = exit::INVALID;
@@ -104,15 +113,30 @@ pub fn main() -> i32 {
             }
             exit::PASS
         }
-        Command::Run { suite, out, duration_scale, seed, interval } => {
-            let opts = RunOptions { suite, out, duration_scale, seed, interval };
+        Command::Run {
+            suite,
+            out,
+            duration_scale,
+            seed,
+            interval,
+        } => {
+            let opts = RunOptions {
+                suite,
+                out,
+                duration_scale,
+                seed,
+                interval,
+            };
             run_command(opts)
         }
     }
 }
 
 fn run_command(opts: RunOptions) -> i32 {
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");

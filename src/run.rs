@@ -15,7 +15,9 @@ use crate::driver::cgroup::{self, Cgroup};
 use crate::driver::process::{Probe, ProcessNode, Spec};
 use crate::driver::DriverError;
 use crate::exit;
-use crate::report::{self, CellResult, CheckResult, Latency, LoadSummary, MemorySummary, Summary, Verdict};
+use crate::report::{
+    self, CellResult, CheckResult, Latency, LoadSummary, MemorySummary, Summary, Verdict,
+};
 use crate::suite::{template, CountCheck, Severity, Suite, SuiteError};
 use crate::telemetry::{Sampler, Target};
 use crate::verify::Integrity;
@@ -51,7 +53,9 @@ impl RunError {
 
 /// A free TCP port on the loopback, as the kernel hands them out.
 fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// `soak-node` next to the running `soak` (the cargo target folder or an
@@ -102,7 +106,10 @@ pub fn new_run_id() -> String {
 
 /// Runs a whole suite. `interrupt` turns true when the user asks to stop:
 /// the run then stops its phases, cleans up and still writes the report.
-pub async fn run(opts: &RunOptions, interrupt: watch::Receiver<bool>) -> Result<(Summary, PathBuf), RunError> {
+pub async fn run(
+    opts: &RunOptions,
+    interrupt: watch::Receiver<bool>,
+) -> Result<(Summary, PathBuf), RunError> {
     let suite = Suite::load(&opts.suite)?;
     let run_id = RUN_ID.get_or_init(new_run_id).clone();
     let started = chrono::Utc::now();
@@ -110,17 +117,30 @@ pub async fn run(opts: &RunOptions, interrupt: watch::Receiver<bool>) -> Result<
         .out
         .join(&suite.name)
         .join(format!("{}-{run_id}", started.format("%Y%m%dT%H%M%SZ")));
-    std::fs::create_dir_all(&dir).map_err(|e| RunError::Environment(format!("cannot create {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| RunError::Environment(format!("cannot create {}: {e}", dir.display())))?;
     let origin = tokio::time::Instant::now();
     let seed = opts.seed.unwrap_or_else(|| rand::rng().random());
-    eprintln!("soak: running {} ({}), report in {}", suite.name, opts.suite.display(), dir.display());
+    eprintln!(
+        "soak: running {} ({}), report in {}",
+        suite.name,
+        opts.suite.display(),
+        dir.display()
+    );
 
     let cell = run_cell(&suite, opts, &run_id, "default", 0, &dir, seed, interrupt).await;
     let (cell, chart) = match cell {
         Ok(c) => c,
         Err(e) => {
             // An environment failure before the cell ran: still leave a report.
-            let summary = summary_of(&suite, opts, &run_id, started, origin, vec![error_cell("default", &e)]);
+            let summary = summary_of(
+                &suite,
+                opts,
+                &run_id,
+                started,
+                origin,
+                vec![error_cell("default", &e)],
+            );
             let _ = report::write_all(&dir, &summary, &BTreeMap::new());
             return Err(e);
         }
@@ -128,7 +148,9 @@ pub async fn run(opts: &RunOptions, interrupt: watch::Receiver<bool>) -> Result<
     let mut charts = BTreeMap::new();
     charts.insert(cell.id.clone(), chart);
     let summary = summary_of(&suite, opts, &run_id, started, origin, vec![cell]);
-    report::write_all(&dir, &summary, &charts).map_err(|e| RunError::Environment(format!("cannot write the report in {}: {e}", dir.display())))?;
+    report::write_all(&dir, &summary, &charts).map_err(|e| {
+        RunError::Environment(format!("cannot write the report in {}: {e}", dir.display()))
+    })?;
     Ok((summary, dir))
 }
 
@@ -148,7 +170,14 @@ fn error_cell(id: &str, e: &RunError) -> CellResult {
     }
 }
 
-fn summary_of(suite: &Suite, opts: &RunOptions, run_id: &str, started: chrono::DateTime<chrono::Utc>, origin: tokio::time::Instant, cells: Vec<CellResult>) -> Summary {
+fn summary_of(
+    suite: &Suite,
+    opts: &RunOptions,
+    run_id: &str,
+    started: chrono::DateTime<chrono::Utc>,
+    origin: tokio::time::Instant,
+    cells: Vec<CellResult>,
+) -> Summary {
     let verdict = if cells.iter().any(|c| c.verdict == Verdict::Error) {
         Verdict::Error
     } else if cells.iter().any(|c| c.verdict == Verdict::Fail) {
@@ -171,7 +200,7 @@ fn summary_of(suite: &Suite, opts: &RunOptions, run_id: &str, started: chrono::D
 }
 
 fn render(text: &str, vars: &BTreeMap<String, String>) -> Result<String, RunError> {
-    template::render(text, vars).map_err(|e| RunError::Environment(e))
+    template::render(text, vars).map_err(RunError::Environment)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -189,17 +218,34 @@ async fn run_cell(
     let cell_dir = run_dir.join("cells").join(id);
     let data_dir = cell_dir.join("data");
     std::fs::create_dir_all(&data_dir).map_err(|e| env_err("cannot create the cell folder", e))?;
-    let cell_dir = cell_dir.canonicalize().map_err(|e| env_err("cell folder", e))?;
+    let cell_dir = cell_dir
+        .canonicalize()
+        .map_err(|e| env_err("cell folder", e))?;
     let data_dir = cell_dir.join("data");
 
     let mut vars = BTreeMap::new();
-    vars.insert("PORT".to_string(), free_port().map_err(|e| env_err("no free port", e))?.to_string());
-    vars.insert("METRICS_PORT".to_string(), free_port().map_err(|e| env_err("no free port", e))?.to_string());
+    vars.insert(
+        "PORT".to_string(),
+        free_port()
+            .map_err(|e| env_err("no free port", e))?
+            .to_string(),
+    );
+    vars.insert(
+        "METRICS_PORT".to_string(),
+        free_port()
+            .map_err(|e| env_err("no free port", e))?
+            .to_string(),
+    );
     vars.insert("DATA_DIR".to_string(), data_dir.display().to_string());
     vars.insert("CELL_DIR".to_string(), cell_dir.display().to_string());
     vars.insert("SOAK_NODE".to_string(), find_soak_node());
 
-    let argv = suite.node.command.iter().map(|a| render(a, &vars)).collect::<Result<Vec<_>, _>>()?;
+    let argv = suite
+        .node
+        .command
+        .iter()
+        .map(|a| render(a, &vars))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut env: Vec<(String, String)> = suite
         .node
         .env
@@ -228,20 +274,43 @@ async fn run_cell(
     let memory_limit = suite.limits.memory.map(|s| s.0);
     let cgroup_name = format!("{}{run_id}-{index}", cgroup::PREFIX);
     let cg = match cgroup::detect() {
-        Ok(h) => match Cgroup::create(&h, &cgroup_name, memory_limit, suite.limits.swap.map(|s| s.0)) {
+        Ok(h) => match Cgroup::create(
+            &h,
+            &cgroup_name,
+            memory_limit,
+            suite.limits.swap.map(|s| s.0),
+        ) {
             Ok(cg) => Some(cg),
-            Err(e) if memory_limit.is_some() => return Err(RunError::Environment(format!("limits.memory needs a cgroup: {e}"))),
+            Err(e) if memory_limit.is_some() => {
+                return Err(RunError::Environment(format!(
+                    "limits.memory needs a cgroup: {e}"
+                )))
+            }
             Err(_) => None,
         },
-        Err(e) if memory_limit.is_some() => return Err(RunError::Environment(format!("limits.memory needs a cgroup: {e}"))),
+        Err(e) if memory_limit.is_some() => {
+            return Err(RunError::Environment(format!(
+                "limits.memory needs a cgroup: {e}"
+            )))
+        }
         Err(_) => None,
     };
     let cg_view = cg.as_ref().map(|c| Arc::new(c.view()));
     let mut node = ProcessNode::new(spec, cg);
 
     let origin = tokio::time::Instant::now();
-    let mut events = Events::create(&cell_dir.join("events.jsonl"), id, origin).map_err(|e| env_err("events file", e))?;
-    events.emit("cell", format!("seed {seed}, cgroup {}", cg_view.as_ref().map(|c| c.path.display().to_string()).unwrap_or_else(|| "none".into())));
+    let mut events = Events::create(&cell_dir.join("events.jsonl"), id, origin)
+        .map_err(|e| env_err("events file", e))?;
+    events.emit(
+        "cell",
+        format!(
+            "seed {seed}, cgroup {}",
+            cg_view
+                .as_ref()
+                .map(|c| c.path.display().to_string())
+                .unwrap_or_else(|| "none".into())
+        ),
+    );
     let target = Target {
         pid: Arc::new(AtomicI32::new(0)),
         segment: Arc::new(AtomicU32::new(0)),
@@ -262,23 +331,49 @@ async fn run_cell(
         })),
         None => None,
     };
-    let verify_target = engine.as_ref().map(|e| e.cfg.target.clone()).unwrap_or_default();
+    let verify_target = engine
+        .as_ref()
+        .map(|e| e.cfg.target.clone())
+        .unwrap_or_default();
 
-    let sampler = Sampler::start(target.clone(), opts.interval, cell_dir.join("samples.csv"), origin).map_err(|e| env_err("samples file", e))?;
-    let mut cell = Cell::new(&mut node, engine.as_mut(), target, &mut events, verify_target, interrupt);
+    let sampler = Sampler::start(
+        target.clone(),
+        opts.interval,
+        cell_dir.join("samples.csv"),
+        origin,
+    )
+    .map_err(|e| env_err("samples file", e))?;
+    let mut cell = Cell::new(
+        &mut node,
+        engine.as_mut(),
+        target,
+        &mut events,
+        verify_target,
+        interrupt,
+    );
     let outcome = match cell.first_start().await {
         Ok(()) => cell.run_phases(&suite.phases, opts.duration_scale).await,
         Err(e) => Err(e),
     };
     cell.finish().await;
-    let (restarts, integrity_found, phases) = (std::mem::take(&mut cell.restarts), cell.integrity, std::mem::take(&mut cell.phases));
+    let (restarts, integrity_found, phases) = (
+        std::mem::take(&mut cell.restarts),
+        cell.integrity,
+        std::mem::take(&mut cell.phases),
+    );
     drop(cell);
     let samples = sampler.stop().await;
     let oom_kills = cg_view.as_ref().map(|c| c.oom_kills()).unwrap_or(0);
     node.shutdown();
 
     // A node that never got ready is the environment's failure (exit 3).
-    if let Err(CellError::Driver(e @ (DriverError::NeverReady { .. } | DriverError::ExitedBeforeReady { .. } | DriverError::Spawn { .. } | DriverError::Cgroup(_)))) = &outcome {
+    if let Err(CellError::Driver(
+        e @ (DriverError::NeverReady { .. }
+        | DriverError::ExitedBeforeReady { .. }
+        | DriverError::Spawn { .. }
+        | DriverError::Cgroup(_)),
+    )) = &outcome
+    {
         if restarts.is_empty() {
             events.emit("error", e.to_string());
             return Err(RunError::Environment(e.to_string()));
@@ -290,7 +385,12 @@ async fn run_cell(
     integrity.acknowledged = load.as_ref().map(|l| l.acknowledged_writes()).unwrap_or(0);
     integrity.corrupted += load.as_ref().map(|l| l.corrupted_reads).unwrap_or(0);
 
-    let warmup = suite.checks.memory_growth.as_ref().map(|g| g.warmup.0.as_secs_f64() * opts.duration_scale).unwrap_or(10.0);
+    let warmup = suite
+        .checks
+        .memory_growth
+        .as_ref()
+        .map(|g| g.warmup.0.as_secs_f64() * opts.duration_scale)
+        .unwrap_or(10.0);
     let memory = MemorySummary {
         peak_rss_bytes: samples.iter().map(|s| s.rss).max().unwrap_or(0),
         peak_cgroup_bytes: samples.iter().map(|s| s.cgroup).max().unwrap_or(0),
@@ -303,7 +403,11 @@ async fn run_cell(
 
     let c = &suite.checks;
     let mut checks: Vec<CheckResult> = [
-        check_count("lost_writes", c.lost_writes, integrity.lost + integrity.resurrected),
+        check_count(
+            "lost_writes",
+            c.lost_writes,
+            integrity.lost + integrity.resurrected,
+        ),
         check_count("corrupted_writes", c.corrupted_writes, integrity.corrupted),
         check_count("oom_kills", c.oom_kills, oom_kills),
     ]
@@ -323,9 +427,17 @@ async fn run_cell(
             _ => Verdict::Pass,
         };
         checks.push(CheckResult {
-            name: format!("memory_growth ({})", serde_json::to_value(g.series).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()),
+            name: format!(
+                "memory_growth ({})",
+                serde_json::to_value(g.series)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default()
+            ),
             verdict,
-            value: slope.map(serde_json::Value::from).unwrap_or(serde_json::Value::Null),
+            value: slope
+                .map(serde_json::Value::from)
+                .unwrap_or(serde_json::Value::Null),
             limit: g.max.0.into(),
             unit: "bytes/h".into(),
         });
@@ -352,7 +464,11 @@ async fn run_cell(
         errors: l.errors,
         unavailable: l.unavailable,
         corrupted_reads: l.corrupted_reads,
-        ops_per_s: if l.active_s > 0.0 { l.ops_ok() as f64 / l.active_s } else { 0.0 },
+        ops_per_s: if l.active_s > 0.0 {
+            l.ops_ok() as f64 / l.active_s
+        } else {
+            0.0
+        },
         latency_us: Latency {
             p50: l.latency_us.value_at_quantile(0.5),
             p90: l.latency_us.value_at_quantile(0.9),
@@ -362,7 +478,10 @@ async fn run_cell(
         },
     });
     let rel = |name: &str| format!("cells/{id}/{name}");
-    let files = ["node.log", "samples.csv", "events.jsonl"].iter().map(|f| (f.to_string(), rel(f))).collect();
+    let files = ["node.log", "samples.csv", "events.jsonl"]
+        .iter()
+        .map(|f| (f.to_string(), rel(f)))
+        .collect();
     let chart = samples.iter().map(|s| (s.t, s.rss)).collect();
     Ok((
         CellResult {

@@ -154,7 +154,10 @@ mod tests {
         assert_eq!(parse_size("64KB").unwrap(), 64_000);
         assert_eq!(parse_size("1_000_000").unwrap(), 1_000_000);
         assert_eq!(parse_size("0").unwrap(), 0);
-        assert!(parse_size("12mib").unwrap_err().hint.contains("case-sensitive"));
+        assert!(parse_size("12mib")
+            .unwrap_err()
+            .hint
+            .contains("case-sensitive"));
         assert!(parse_size("MiB").is_err());
         assert!(parse_size("1.5").is_err());
         assert!(parse_size("12 parsecs").is_err());
@@ -165,7 +168,10 @@ mod tests {
         assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5400));
-        assert!(parse_duration("30").unwrap_err().hint.contains("needs a unit"));
+        assert!(parse_duration("30")
+            .unwrap_err()
+            .hint
+            .contains("needs a unit"));
     }
 
     #[test]

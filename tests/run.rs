@@ -29,7 +29,9 @@ impl Run {
         String::from_utf8_lossy(&self.out.stderr).into_owned()
     }
     fn summary(&self) -> &Value {
-        self.summary.as_ref().unwrap_or_else(|| panic!("no summary.json; stderr:\n{}", self.stderr()))
+        self.summary
+            .as_ref()
+            .unwrap_or_else(|| panic!("no summary.json; stderr:\n{}", self.stderr()))
     }
     fn cell(&self) -> &Value {
         &self.summary()["cells"][0]
@@ -48,9 +50,19 @@ fn soak_run(suite_file: &str, extra: &[&str]) -> Run {
         .output()
         .unwrap();
     // reports/<suite>/<time>-<id>/summary.json
-    let report_dir = walk(dir.path()).into_iter().find(|p| p.ends_with("summary.json")).map(|p| p.parent().unwrap().to_path_buf());
-    let summary = report_dir.as_ref().map(|d| serde_json::from_str(&std::fs::read_to_string(d.join("summary.json")).unwrap()).unwrap());
-    let run = Run { out, summary, report_dir, _dir: dir };
+    let report_dir = walk(dir.path())
+        .into_iter()
+        .find(|p| p.ends_with("summary.json"))
+        .map(|p| p.parent().unwrap().to_path_buf());
+    let summary = report_dir.as_ref().map(|d| {
+        serde_json::from_str(&std::fs::read_to_string(d.join("summary.json")).unwrap()).unwrap()
+    });
+    let run = Run {
+        out,
+        summary,
+        report_dir,
+        _dir: dir,
+    };
     assert_nothing_left(&run);
     run
 }
@@ -73,7 +85,14 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 /// No process labelled with the run, no cgroup of the run.
 fn assert_nothing_left(run: &Run) {
     let Some(dir) = &run.report_dir else { return };
-    let id = dir.file_name().unwrap().to_string_lossy().rsplit('-').next().unwrap().to_string();
+    let id = dir
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .rsplit('-')
+        .next()
+        .unwrap()
+        .to_string();
     let procs: Vec<i32> = std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
@@ -85,7 +104,11 @@ fn assert_nothing_left(run: &Run) {
         let left: Vec<_> = std::fs::read_dir(&h.own)
             .unwrap()
             .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("soak-{id}")))
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("soak-{id}"))
+            })
             .map(|e| e.path())
             .collect();
         assert!(left.is_empty(), "cgroups of run {id} left: {left:?}");
@@ -114,15 +137,25 @@ fn smoke_suite_passes_shortened() {
     assert!(c["memory"]["peak_cgroup_bytes"].as_u64().unwrap() > 1 << 20);
     assert_eq!(c["memory"]["limit_bytes"], 256 << 20);
     for name in ["lost_writes", "corrupted_writes", "oom_kills"] {
-        assert!(c["checks"].as_array().unwrap().iter().any(|k| k["name"] == name && k["verdict"] == "pass"), "{name}");
+        assert!(
+            c["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|k| k["name"] == name && k["verdict"] == "pass"),
+            "{name}"
+        );
     }
-    let report = std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+    let report =
+        std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
     assert!(report.starts_with("# soak: smoke — ✅ pass"), "{report}");
     assert!(report.contains("xychart-beta"));
     let cell_dir = run.report_dir.as_ref().unwrap().join("cells/default");
     let samples = std::fs::read_to_string(cell_dir.join("samples.csv")).unwrap();
     assert!(samples.lines().count() > 5, "{samples}");
-    assert!(std::fs::read_to_string(cell_dir.join("node.log")).unwrap().contains("soak-node ready"));
+    assert!(std::fs::read_to_string(cell_dir.join("node.log"))
+        .unwrap()
+        .contains("soak-node ready"));
 }
 
 #[test]
@@ -131,8 +164,17 @@ fn writes_lost_without_a_wal_fail_the_run() {
     assert_eq!(run.code(), 1, "{}", run.stderr());
     assert_eq!(run.summary()["verdict"], "fail");
     let c = run.cell();
-    assert!(c["integrity"]["lost"].as_u64().unwrap() > 0, "{}", c["integrity"]);
-    let check = c["checks"].as_array().unwrap().iter().find(|k| k["name"] == "lost_writes").unwrap();
+    assert!(
+        c["integrity"]["lost"].as_u64().unwrap() > 0,
+        "{}",
+        c["integrity"]
+    );
+    let check = c["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "lost_writes")
+        .unwrap();
     assert_eq!(check["verdict"], "fail");
     assert_eq!(c["restarts"][0]["reason"], "chaos");
 }
@@ -143,9 +185,18 @@ fn a_node_that_outgrows_its_limit_is_oom_killed_and_restarted() {
     let run = soak_run("tests/suites/oom-redis.yaml", &[]);
     assert_eq!(run.code(), 1, "{}", run.stderr());
     let c = run.cell();
-    assert!(c["memory"]["oom_kills"].as_u64().unwrap() >= 1, "{}", c["memory"]);
+    assert!(
+        c["memory"]["oom_kills"].as_u64().unwrap() >= 1,
+        "{}",
+        c["memory"]
+    );
     assert_eq!(c["restarts"][0]["reason"], "oom", "{}", c["restarts"]);
-    let check = c["checks"].as_array().unwrap().iter().find(|k| k["name"] == "oom_kills").unwrap();
+    let check = c["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "oom_kills")
+        .unwrap();
     assert_eq!(check["verdict"], "fail");
 }
 
@@ -155,7 +206,10 @@ fn a_node_that_never_gets_ready_is_an_environment_error_with_its_log() {
     assert_eq!(run.code(), 3, "{}", run.stderr());
     let err = run.stderr();
     assert!(err.contains("did not get ready within"), "{err}");
-    assert!(err.contains("fatal: cannot open the database: permission denied"), "{err}");
+    assert!(
+        err.contains("fatal: cannot open the database: permission denied"),
+        "{err}"
+    );
     assert_eq!(run.summary()["verdict"], "error");
 }
 
@@ -164,11 +218,25 @@ fn an_invalid_suite_is_refused_before_anything_starts() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.yaml");
     std::fs::write(&bad, "name: x\nnode:\n  command: [a]\n  ready: { tcp: \"127.0.0.1:1\" }\nphases:\n  - run: 1s\n  - kill: SIGKIL\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_soak")).args(["run"]).arg(&bad).arg("--out").arg(dir.path()).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .args(["run"])
+        .arg(&bad)
+        .arg("--out")
+        .arg(dir.path())
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("bad.yaml:7:11: phases[1].kill: unknown signal `SIGKIL`; did you mean `SIGKILL`?"), "{err}");
-    assert!(!dir.path().join("x").exists(), "a report folder was made for an invalid suite");
+    assert!(
+        err.contains(
+            "bad.yaml:7:11: phases[1].kill: unknown signal `SIGKIL`; did you mean `SIGKILL`?"
+        ),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("x").exists(),
+        "a report folder was made for an invalid suite"
+    );
 }
 
 #[test]
@@ -180,8 +248,16 @@ fn every_suite_in_suites_validates() {
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
     assert!(!suites.is_empty());
-    let out = Command::new(env!("CARGO_BIN_EXE_soak")).arg("validate").args(&suites).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .arg("validate")
+        .args(&suites)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -199,24 +275,40 @@ fn an_interrupted_run_still_reports_and_leaves_nothing() {
     // Wait until the node is ready and under load.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let events = loop {
-        if let Some(e) = walk(dir.path()).into_iter().find(|p| p.ends_with("events.jsonl")) {
+        if let Some(e) = walk(dir.path())
+            .into_iter()
+            .find(|p| p.ends_with("events.jsonl"))
+        {
             if std::fs::read_to_string(&e).unwrap().contains("\"phase\"") {
                 break e;
             }
         }
-        assert!(std::time::Instant::now() < deadline, "the run never started");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never started"
+        );
         std::thread::sleep(std::time::Duration::from_millis(100));
     };
     std::thread::sleep(std::time::Duration::from_secs(1));
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
     let report_dir = events.parent().unwrap().parent().unwrap().parent().unwrap();
-    let summary: Value = serde_json::from_str(&std::fs::read_to_string(report_dir.join("summary.json")).unwrap()).unwrap();
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(report_dir.join("summary.json")).unwrap())
+            .unwrap();
     assert_eq!(summary["verdict"], "error");
     assert_eq!(summary["cells"][0]["error"], "interrupted");
     let run = Run {
-        out: Output { status, stdout: vec![], stderr: vec![] },
+        out: Output {
+            status,
+            stdout: vec![],
+            stderr: vec![],
+        },
         summary: Some(summary),
         report_dir: Some(report_dir.to_path_buf()),
         _dir: dir,

@@ -35,7 +35,9 @@ fn thin(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
         return points.to_vec();
     }
     let step = points.len() as f64 / MAX_POINTS as f64;
-    (0..MAX_POINTS).map(|i| points[(i as f64 * step) as usize]).collect()
+    (0..MAX_POINTS)
+        .map(|i| points[(i as f64 * step) as usize])
+        .collect()
 }
 
 pub fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -44,20 +46,37 @@ pub fn median(mut v: Vec<f64>) -> Option<f64> {
     }
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
-    Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
 }
 
 /// The growth of a series in bytes per hour: Theil-Sen slopes pooled over
 /// the segments between restarts (a restart's drop is not a trend), each
 /// without its first `warmup_s` seconds.
-pub fn growth_per_hour(samples: &[Sample], value: impl Fn(&Sample) -> u64, warmup_s: f64) -> Option<f64> {
+pub fn growth_per_hour(
+    samples: &[Sample],
+    value: impl Fn(&Sample) -> u64,
+    warmup_s: f64,
+) -> Option<f64> {
     let mut slopes = vec![];
     let mut segments: Vec<u32> = samples.iter().map(|s| s.segment).collect();
     segments.dedup();
     for seg in segments {
-        let pts: Vec<(f64, f64)> = samples.iter().filter(|s| s.segment == seg && s.up).map(|s| (s.t, value(s) as f64)).collect();
-        let Some(start) = pts.first().map(|p| p.0) else { continue };
-        let kept: Vec<(f64, f64)> = pts.into_iter().filter(|p| p.0 - start >= warmup_s).collect();
+        let pts: Vec<(f64, f64)> = samples
+            .iter()
+            .filter(|s| s.segment == seg && s.up)
+            .map(|s| (s.t, value(s) as f64))
+            .collect();
+        let Some(start) = pts.first().map(|p| p.0) else {
+            continue;
+        };
+        let kept: Vec<(f64, f64)> = pts
+            .into_iter()
+            .filter(|p| p.0 - start >= warmup_s)
+            .collect();
         if kept.len() >= 3 {
             slopes.extend(pair_slopes(&kept));
         }

@@ -122,7 +122,9 @@ impl<'a> Cell<'a> {
     }
 
     fn set_up(&mut self, up: bool) {
-        self.target.pid.store(if up { self.node.pid().unwrap_or(0) } else { 0 }, Relaxed);
+        self.target
+            .pid
+            .store(if up { self.node.pid().unwrap_or(0) } else { 0 }, Relaxed);
         if let Some(e) = self.engine.as_deref() {
             e.set_node_up(up);
         }
@@ -132,16 +134,33 @@ impl<'a> Cell<'a> {
     pub async fn first_start(&mut self) -> Result<(), CellError> {
         let ready = self.node.start().await?;
         self.set_up(true);
-        self.events.emit("ready", format!("pid {} after {} ms", self.node.pid().unwrap_or(0), ready.as_millis()));
+        self.events.emit(
+            "ready",
+            format!(
+                "pid {} after {} ms",
+                self.node.pid().unwrap_or(0),
+                ready.as_millis()
+            ),
+        );
         Ok(())
     }
 
     async fn start(&mut self) -> Result<(), CellError> {
-        let (reason, at, exit) = self.down_reason.take().unwrap_or(("chaos", self.events.t(), "stopped".into()));
+        let (reason, at, exit) =
+            self.down_reason
+                .take()
+                .unwrap_or(("chaos", self.events.t(), "stopped".into()));
         self.target.segment.fetch_add(1, Relaxed);
         let ready = self.node.start().await?;
         self.set_up(true);
-        self.events.emit("ready", format!("pid {} after {} ms ({reason} restart)", self.node.pid().unwrap_or(0), ready.as_millis()));
+        self.events.emit(
+            "ready",
+            format!(
+                "pid {} after {} ms ({reason} restart)",
+                self.node.pid().unwrap_or(0),
+                ready.as_millis()
+            ),
+        );
         self.restarts.push(Restart {
             reason,
             at_s: at,
@@ -153,7 +172,9 @@ impl<'a> Cell<'a> {
 
     /// If the node died on its own: record why and start it again.
     async fn supervise(&mut self) -> Result<(), CellError> {
-        let Some(status) = self.node.exit_status() else { return Ok(()) };
+        let Some(status) = self.node.exit_status() else {
+            return Ok(());
+        };
         self.set_up(false);
         let death = self.node.classify_death();
         let (reason, kind) = match death {
@@ -162,7 +183,11 @@ impl<'a> Cell<'a> {
         };
         let at = self.events.t();
         self.events.emit(kind, describe(status));
-        let unexpected = self.restarts.iter().filter(|r| r.reason == "oom" || r.reason == "crash").count();
+        let unexpected = self
+            .restarts
+            .iter()
+            .filter(|r| r.reason == "oom" || r.reason == "crash")
+            .count();
         if unexpected >= MAX_UNEXPECTED_RESTARTS {
             return Err(CellError::CrashLoop(unexpected));
         }
@@ -208,13 +233,17 @@ impl<'a> Cell<'a> {
                 let at = self.events.t();
                 let status = self.node.kill(sig.0).await?;
                 self.set_up(false);
-                self.events.emit("killed", format!("{} ({})", sig, describe(status)));
+                self.events
+                    .emit("killed", format!("{} ({})", sig, describe(status)));
                 self.down_reason = Some(("chaos", at, format!("{sig} from soak")));
                 Ok(format!("killed: {}", describe(status)))
             }
             Phase::Start => {
                 self.start().await?;
-                Ok(format!("ready after {} ms", self.restarts.last().map(|r| r.ready_after_ms).unwrap_or(0)))
+                Ok(format!(
+                    "ready after {} ms",
+                    self.restarts.last().map(|r| r.ready_after_ms).unwrap_or(0)
+                ))
             }
             Phase::Stop => {
                 self.pause_load().await;
@@ -237,13 +266,14 @@ impl<'a> Cell<'a> {
                 events.emit("verify", "reading back every key the ledger knows");
                 let timeout = engine.cfg.timeout;
                 let mut last_shown = 0;
-                let found = verify::online(&self.verify_target, &engine.ledger, timeout, |done, all| {
-                    if all > 0 && done < all && done > last_shown {
-                        last_shown = done;
-                        eprintln!("           verify: {done}/{all} keys");
-                    }
-                })
-                .await?;
+                let found =
+                    verify::online(&self.verify_target, &engine.ledger, timeout, |done, all| {
+                        if all > 0 && done < all && done > last_shown {
+                            last_shown = done;
+                            eprintln!("           verify: {done}/{all} keys");
+                        }
+                    })
+                    .await?;
                 self.integrity.add(&found);
                 let text = format!(
                     "{} as expected, {} lost, {} corrupted, {} in doubt, {} resurrected",
@@ -281,7 +311,8 @@ impl<'a> Cell<'a> {
         self.pause_load().await;
         if self.node.is_running() {
             if let Ok(status) = self.node.stop().await {
-                self.events.emit("stopped", format!("end of phases, {}", describe(status)));
+                self.events
+                    .emit("stopped", format!("end of phases, {}", describe(status)));
             }
         }
         self.set_up(false);

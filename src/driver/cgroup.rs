@@ -64,7 +64,9 @@ pub fn detect_from(mountinfo: &str, proc_cgroup: &str) -> Option<Hierarchy> {
     let mut v2: Option<(String, String)> = None;
     for line in mountinfo.lines() {
         let fields: Vec<&str> = line.split_whitespace().collect();
-        let Some(dash) = fields.iter().position(|f| *f == "-") else { continue };
+        let Some(dash) = fields.iter().position(|f| *f == "-") else {
+            continue;
+        };
         let (root, point) = (fields.get(3)?, fields.get(4)?);
         let fstype = fields.get(dash + 1)?;
         let opts = fields.get(dash + 3).copied().unwrap_or("");
@@ -88,11 +90,15 @@ pub fn detect_from(mountinfo: &str, proc_cgroup: &str) -> Option<Hierarchy> {
     };
     let join = |root: &str, point: &str, path: &str| {
         // Inside a cgroup namespace the mount root may be a prefix of the path.
-        let rel = path.strip_prefix(root).unwrap_or(path).trim_start_matches('/');
+        let rel = path
+            .strip_prefix(root)
+            .unwrap_or(path)
+            .trim_start_matches('/');
         Path::new(point).join(rel)
     };
     if let Some((root, point)) = &v2 {
-        let controllers = fs::read_to_string(Path::new(point).join("cgroup.controllers")).unwrap_or_default();
+        let controllers =
+            fs::read_to_string(Path::new(point).join("cgroup.controllers")).unwrap_or_default();
         if controllers.split_whitespace().any(|c| c == "memory") {
             if let Some(path) = own_path(true) {
                 return Some(Hierarchy {
@@ -158,7 +164,12 @@ fn keyed(text: &str, key: &str) -> Option<u64> {
 
 impl Cgroup {
     /// Makes `<own cgroup>/<name>` with the given limits.
-    pub fn create(h: &Hierarchy, name: &str, memory: Option<u64>, swap: Option<u64>) -> Result<Cgroup, CgroupError> {
+    pub fn create(
+        h: &Hierarchy,
+        name: &str,
+        memory: Option<u64>,
+        swap: Option<u64>,
+    ) -> Result<Cgroup, CgroupError> {
         if h.version == Version::V2 {
             enable_memory_controller(&h.own)?;
         }
@@ -166,10 +177,23 @@ impl Cgroup {
     }
 
     /// Makes `<parent>/<name>` in a tree of the given version.
-    pub fn create_in(parent: &Path, version: Version, name: &str, memory: Option<u64>, swap: Option<u64>) -> Result<Cgroup, CgroupError> {
+    pub fn create_in(
+        parent: &Path,
+        version: Version,
+        name: &str,
+        memory: Option<u64>,
+        swap: Option<u64>,
+    ) -> Result<Cgroup, CgroupError> {
         let path = parent.join(name);
-        fs::create_dir(&path).map_err(|source| CgroupError::Create { path: path.clone(), source })?;
-        let cg = Cgroup { path, version, removed: false };
+        fs::create_dir(&path).map_err(|source| CgroupError::Create {
+            path: path.clone(),
+            source,
+        })?;
+        let cg = Cgroup {
+            path,
+            version,
+            removed: false,
+        };
         if let Some(limit) = memory {
             cg.set_memory_limit(limit)?;
         }
@@ -213,7 +237,9 @@ impl Cgroup {
     /// Opens `cgroup.procs` for a child to join the cgroup between fork and
     /// exec (by writing `0`, which means "the writing process").
     pub fn procs_fd(&self) -> io::Result<OwnedFd> {
-        let f = fs::OpenOptions::new().write(true).open(self.path.join("cgroup.procs"))?;
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(self.path.join("cgroup.procs"))?;
         Ok(OwnedFd::from(f))
     }
 
@@ -278,7 +304,10 @@ impl Cgroup {
                 return;
             }
             for pid in procs {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -341,7 +370,9 @@ fn enable_memory_controller(parent: &Path) -> Result<(), CgroupError> {
 /// the paths removed.
 pub fn cleanup_in(parent: &Path, version: Version, run: Option<&str>) -> Vec<PathBuf> {
     let mut removed = vec![];
-    let Ok(entries) = fs::read_dir(parent) else { return removed };
+    let Ok(entries) = fs::read_dir(parent) else {
+        return removed;
+    };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let wanted = match run {
@@ -349,7 +380,11 @@ pub fn cleanup_in(parent: &Path, version: Version, run: Option<&str>) -> Vec<Pat
             None => name.starts_with(PREFIX),
         };
         if wanted && e.path().is_dir() {
-            let mut cg = Cgroup { path: e.path(), version, removed: false };
+            let mut cg = Cgroup {
+                path: e.path(),
+                version,
+                removed: false,
+            };
             if cg.remove().is_ok() {
                 removed.push(e.path());
             }
@@ -380,7 +415,13 @@ mod tests {
 
     #[test]
     fn keyed_lines() {
-        assert_eq!(keyed("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", "oom_kill"), Some(3));
-        assert_eq!(keyed("low 0\nhigh 0\nmax 2\noom 1\noom_kill 1\n", "oom_kill"), Some(1));
+        assert_eq!(
+            keyed("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", "oom_kill"),
+            Some(3)
+        );
+        assert_eq!(
+            keyed("low 0\nhigh 0\nmax 2\noom 1\noom_kill 1\n", "oom_kill"),
+            Some(1)
+        );
     }
 }

@@ -11,7 +11,9 @@ use std::time::Duration;
 /// environment or of the node's start, reported with exit code 3.
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
-    #[error("cannot start `{program}`: {source} (is the path in node.command right, and executable?)")]
+    #[error(
+        "cannot start `{program}`: {source} (is the path in node.command right, and executable?)"
+    )]
     Spawn {
         program: String,
         #[source]

@@ -71,7 +71,9 @@ pub fn describe(status: ExitStatus) -> String {
         (Some(c), _) => format!("exit code {c}"),
         (_, Some(s)) => format!(
             "signal {}",
-            Signal::try_from(s).map(|s| s.as_str().to_string()).unwrap_or_else(|_| s.to_string())
+            Signal::try_from(s)
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_else(|_| s.to_string())
         ),
         _ => status.to_string(),
     }
@@ -117,7 +119,10 @@ impl ProcessNode {
             .map_err(|e| DriverError::Io(format!("cannot open {}: {e}", spec.log.display())))?;
         let procs_fd = match &self.cgroup {
             Some(cg) => Some(cg.procs_fd().map_err(|e| {
-                DriverError::Io(format!("cannot open {}/cgroup.procs: {e}", cg.path.display()))
+                DriverError::Io(format!(
+                    "cannot open {}/cgroup.procs: {e}",
+                    cg.path.display()
+                ))
             })?),
             None => None,
         };
@@ -150,7 +155,8 @@ impl ProcessNode {
                                 return Err(std::io::Error::last_os_error());
                             }
                         }
-                        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0
+                        {
                             return Err(std::io::Error::last_os_error());
                         }
                         if libc::getppid() != parent {
@@ -291,7 +297,9 @@ impl ProcessNode {
             Some(s) => s,
             None => {
                 let _ = self.signal(Signal::SIGKILL);
-                self.wait(Duration::from_secs(10)).await.unwrap_or(ExitStatus::from_raw(9))
+                self.wait(Duration::from_secs(10))
+                    .await
+                    .unwrap_or(ExitStatus::from_raw(9))
             }
         };
         self.reap_rest();
@@ -343,12 +351,20 @@ impl Drop for ProcessNode {
 /// Members of a process group, from `/proc/*/stat`.
 fn group_members(pgid: i32) -> Vec<i32> {
     let mut out = vec![];
-    let Ok(dir) = std::fs::read_dir("/proc") else { return out };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
     for e in dir.flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
         // Fields after the command name (which may hold spaces) are after ')'.
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
         let fields: Vec<&str> = rest.split_whitespace().collect();
         if fields.get(2).and_then(|p| p.parse::<i32>().ok()) == Some(pgid) {
             out.push(pid);
@@ -381,5 +397,7 @@ pub async fn probe(p: &Probe) -> bool {
             }
         }
     };
-    tokio::time::timeout(Duration::from_secs(1), attempt).await.unwrap_or(false)
+    tokio::time::timeout(Duration::from_secs(1), attempt)
+        .await
+        .unwrap_or(false)
 }

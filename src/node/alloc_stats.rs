@@ -24,7 +24,8 @@ type MiProcessInfoFn = unsafe extern "C" fn(
 );
 type MiVersionFn = unsafe extern "C" fn() -> c_int;
 type TcGetPropFn = unsafe extern "C" fn(*const c_char, *mut usize) -> c_int;
-type TcVersionFn = unsafe extern "C" fn(*mut c_int, *mut c_int, *mut *const c_char) -> *const c_char;
+type TcVersionFn =
+    unsafe extern "C" fn(*mut c_int, *mut c_int, *mut *const c_char) -> *const c_char;
 
 /// The allocator serving this process, with the entry points to its statistics.
 #[derive(Clone, Copy)]
@@ -158,7 +159,16 @@ impl Allocator {
                 Allocator::Mimalloc(info, _) => {
                     let mut v = [0usize; 8];
                     let p = v.as_mut_ptr();
-                    info(p, p.add(1), p.add(2), p.add(3), p.add(4), p.add(5), p.add(6), p.add(7));
+                    info(
+                        p,
+                        p.add(1),
+                        p.add(2),
+                        p.add(3),
+                        p.add(4),
+                        p.add(5),
+                        p.add(6),
+                        p.add(7),
+                    );
                     vec![
                         ("resident", v[3] as u64),
                         ("peak_resident", v[4] as u64),

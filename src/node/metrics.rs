@@ -105,8 +105,16 @@ impl Out {
 pub fn render(stats: &Stats, store: &Store, allocator: Allocator) -> String {
     let mut o = Out(String::with_capacity(16 << 10));
     if let Some((rss, vsz)) = process_memory() {
-        o.gauge("process_resident_memory_bytes", "Resident memory size in bytes.", rss);
-        o.gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.", vsz);
+        o.gauge(
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            rss,
+        );
+        o.gauge(
+            "process_virtual_memory_bytes",
+            "Virtual memory size in bytes.",
+            vsz,
+        );
     }
     o.gauge(
         "soak_node_uptime_seconds",
@@ -115,19 +123,71 @@ pub fn render(stats: &Stats, store: &Store, allocator: Allocator) -> String {
     );
 
     let props: [(&str, &str, &str); 13] = [
-        ("rocksdb_block_cache_usage_bytes", "rocksdb.block-cache-usage", "Memory used by entries in the block cache."),
-        ("rocksdb_block_cache_pinned_usage_bytes", "rocksdb.block-cache-pinned-usage", "Memory used by pinned block cache entries."),
-        ("rocksdb_block_cache_capacity_bytes", "rocksdb.block-cache-capacity", "Block cache capacity."),
-        ("rocksdb_memtables_size_bytes", "rocksdb.cur-size-all-mem-tables", "Size of active and unflushed immutable memtables."),
-        ("rocksdb_table_readers_memory_bytes", "rocksdb.estimate-table-readers-mem", "Memory of table readers (index and filter blocks outside the block cache)."),
-        ("rocksdb_live_sst_files_size_bytes", "rocksdb.live-sst-files-size", "Size of the SST files of the current version."),
-        ("rocksdb_total_sst_files_size_bytes", "rocksdb.total-sst-files-size", "Size of all SST files, including obsolete ones not yet deleted."),
-        ("rocksdb_pending_compaction_bytes", "rocksdb.estimate-pending-compaction-bytes", "Estimated bytes compaction must rewrite."),
-        ("rocksdb_running_compactions", "rocksdb.num-running-compactions", "Compactions running now."),
-        ("rocksdb_running_flushes", "rocksdb.num-running-flushes", "Flushes running now."),
-        ("rocksdb_estimated_keys", "rocksdb.estimate-num-keys", "Estimated number of keys."),
-        ("rocksdb_write_stopped", "rocksdb.is-write-stopped", "1 while writes are stopped by a write stall."),
-        ("rocksdb_delayed_write_rate_bytes_per_second", "rocksdb.actual-delayed-write-rate", "Write rate while writes are delayed (0: not delayed)."),
+        (
+            "rocksdb_block_cache_usage_bytes",
+            "rocksdb.block-cache-usage",
+            "Memory used by entries in the block cache.",
+        ),
+        (
+            "rocksdb_block_cache_pinned_usage_bytes",
+            "rocksdb.block-cache-pinned-usage",
+            "Memory used by pinned block cache entries.",
+        ),
+        (
+            "rocksdb_block_cache_capacity_bytes",
+            "rocksdb.block-cache-capacity",
+            "Block cache capacity.",
+        ),
+        (
+            "rocksdb_memtables_size_bytes",
+            "rocksdb.cur-size-all-mem-tables",
+            "Size of active and unflushed immutable memtables.",
+        ),
+        (
+            "rocksdb_table_readers_memory_bytes",
+            "rocksdb.estimate-table-readers-mem",
+            "Memory of table readers (index and filter blocks outside the block cache).",
+        ),
+        (
+            "rocksdb_live_sst_files_size_bytes",
+            "rocksdb.live-sst-files-size",
+            "Size of the SST files of the current version.",
+        ),
+        (
+            "rocksdb_total_sst_files_size_bytes",
+            "rocksdb.total-sst-files-size",
+            "Size of all SST files, including obsolete ones not yet deleted.",
+        ),
+        (
+            "rocksdb_pending_compaction_bytes",
+            "rocksdb.estimate-pending-compaction-bytes",
+            "Estimated bytes compaction must rewrite.",
+        ),
+        (
+            "rocksdb_running_compactions",
+            "rocksdb.num-running-compactions",
+            "Compactions running now.",
+        ),
+        (
+            "rocksdb_running_flushes",
+            "rocksdb.num-running-flushes",
+            "Flushes running now.",
+        ),
+        (
+            "rocksdb_estimated_keys",
+            "rocksdb.estimate-num-keys",
+            "Estimated number of keys.",
+        ),
+        (
+            "rocksdb_write_stopped",
+            "rocksdb.is-write-stopped",
+            "1 while writes are stopped by a write stall.",
+        ),
+        (
+            "rocksdb_delayed_write_rate_bytes_per_second",
+            "rocksdb.actual-delayed-write-rate",
+            "Write rate while writes are delayed (0: not delayed).",
+        ),
     ];
     for (name, prop, help) in props {
         if let Some(v) = store.int_property(prop) {
@@ -137,13 +197,31 @@ pub fn render(stats: &Stats, store: &Store, allocator: Allocator) -> String {
 
     o.family("soak_node_commands_total", "counter", "Commands served.");
     for (i, c) in stats.commands.iter().enumerate() {
-        let _ = writeln!(o.0, "soak_node_commands_total{{command=\"{}\"}} {}", COMMANDS[i], c.count.load(Relaxed));
+        let _ = writeln!(
+            o.0,
+            "soak_node_commands_total{{command=\"{}\"}} {}",
+            COMMANDS[i],
+            c.count.load(Relaxed)
+        );
     }
-    o.family("soak_node_command_errors_total", "counter", "Commands answered with an error.");
+    o.family(
+        "soak_node_command_errors_total",
+        "counter",
+        "Commands answered with an error.",
+    );
     for (i, c) in stats.commands.iter().enumerate() {
-        let _ = writeln!(o.0, "soak_node_command_errors_total{{command=\"{}\"}} {}", COMMANDS[i], c.errors.load(Relaxed));
+        let _ = writeln!(
+            o.0,
+            "soak_node_command_errors_total{{command=\"{}\"}} {}",
+            COMMANDS[i],
+            c.errors.load(Relaxed)
+        );
     }
-    o.family("soak_node_command_duration_seconds", "histogram", "Time to execute a command, from parsed request to reply.");
+    o.family(
+        "soak_node_command_duration_seconds",
+        "histogram",
+        "Time to execute a command, from parsed request to reply.",
+    );
     for (i, c) in stats.commands.iter().enumerate() {
         let cmd = COMMANDS[i];
         let mut cumulative = 0;
@@ -152,20 +230,57 @@ pub fn render(stats: &Stats, store: &Store, allocator: Allocator) -> String {
             let _ = writeln!(o.0, "soak_node_command_duration_seconds_bucket{{command=\"{cmd}\",le=\"{le}\"}} {cumulative}");
         }
         let count = c.count.load(Relaxed);
-        let _ = writeln!(o.0, "soak_node_command_duration_seconds_bucket{{command=\"{cmd}\",le=\"+Inf\"}} {count}");
-        let _ = writeln!(o.0, "soak_node_command_duration_seconds_sum{{command=\"{cmd}\"}} {}", c.nanos.load(Relaxed) as f64 / 1e9);
-        let _ = writeln!(o.0, "soak_node_command_duration_seconds_count{{command=\"{cmd}\"}} {count}");
+        let _ = writeln!(
+            o.0,
+            "soak_node_command_duration_seconds_bucket{{command=\"{cmd}\",le=\"+Inf\"}} {count}"
+        );
+        let _ = writeln!(
+            o.0,
+            "soak_node_command_duration_seconds_sum{{command=\"{cmd}\"}} {}",
+            c.nanos.load(Relaxed) as f64 / 1e9
+        );
+        let _ = writeln!(
+            o.0,
+            "soak_node_command_duration_seconds_count{{command=\"{cmd}\"}} {count}"
+        );
     }
-    o.gauge("soak_node_connections", "Open client connections.", stats.connections.load(Relaxed));
-    o.family("soak_node_connections_total", "counter", "Client connections accepted.");
-    let _ = writeln!(o.0, "soak_node_connections_total {}", stats.connections_total.load(Relaxed));
-    o.family("soak_node_protocol_errors_total", "counter", "Connections closed for malformed RESP.");
-    let _ = writeln!(o.0, "soak_node_protocol_errors_total {}", stats.protocol_errors_total.load(Relaxed));
+    o.gauge(
+        "soak_node_connections",
+        "Open client connections.",
+        stats.connections.load(Relaxed),
+    );
+    o.family(
+        "soak_node_connections_total",
+        "counter",
+        "Client connections accepted.",
+    );
+    let _ = writeln!(
+        o.0,
+        "soak_node_connections_total {}",
+        stats.connections_total.load(Relaxed)
+    );
+    o.family(
+        "soak_node_protocol_errors_total",
+        "counter",
+        "Connections closed for malformed RESP.",
+    );
+    let _ = writeln!(
+        o.0,
+        "soak_node_protocol_errors_total {}",
+        stats.protocol_errors_total.load(Relaxed)
+    );
 
     let name = allocator.name();
     let version = label_value(&allocator.version().unwrap_or_default());
-    o.family("allocator_info", "gauge", "The allocator serving malloc in this process.");
-    let _ = writeln!(o.0, "allocator_info{{allocator=\"{name}\",version=\"{version}\"}} 1");
+    o.family(
+        "allocator_info",
+        "gauge",
+        "The allocator serving malloc in this process.",
+    );
+    let _ = writeln!(
+        o.0,
+        "allocator_info{{allocator=\"{name}\",version=\"{version}\"}} 1"
+    );
     for (stat, value) in allocator.stats() {
         o.gauge_labelled(&format!("allocator_{stat}_bytes"), name, value);
     }
@@ -174,13 +289,22 @@ pub fn render(stats: &Stats, store: &Store, allocator: Allocator) -> String {
 
 impl Out {
     fn gauge_labelled(&mut self, metric: &str, allocator: &str, value: u64) {
-        self.family(metric, "gauge", "Allocator statistic, as the allocator reports it.");
+        self.family(
+            metric,
+            "gauge",
+            "Allocator statistic, as the allocator reports it.",
+        );
         let _ = writeln!(self.0, "{metric}{{allocator=\"{allocator}\"}} {value}");
     }
 }
 
 /// Serves `GET /metrics` over plain HTTP/1.1, one response per connection.
-pub async fn serve(listener: TcpListener, stats: Arc<Stats>, store: Arc<Store>, allocator: Allocator) {
+pub async fn serve(
+    listener: TcpListener,
+    stats: Arc<Stats>,
+    store: Arc<Store>,
+    allocator: Allocator,
+) {
     loop {
         let Ok((mut sock, _)) = listener.accept().await else {
             continue;
@@ -204,7 +328,10 @@ pub async fn serve(listener: TcpListener, stats: Arc<Stats>, store: Arc<Store>, 
                     .unwrap_or_default();
                 ("200 OK", body)
             } else {
-                ("404 Not Found", "not found: the metrics are at /metrics\n".to_string())
+                (
+                    "404 Not Found",
+                    "not found: the metrics are at /metrics\n".to_string(),
+                )
             };
             let head = format!(
                 "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",

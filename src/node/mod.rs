@@ -33,8 +33,8 @@ fn on_off(s: &str) -> Result<bool, String> {
 const CODECS: [&str; 4] = ["none", "snappy", "lz4", "zstd"];
 
 /// Storage options. Without `--options-file` the defaults are RocksDB's own
-/// (with the block cache below); with it, the file sets the base and the
-/// flags given on the command line override it.
+/// (with the block cache below). `--options-file` is the alternative to the
+/// other storage flags (only --block-cache, --wal and --sync go with it).
 #[derive(Debug, Clone, Args)]
 pub struct StorageArgs {
     /// Block cache capacity (LRU), e.g. 256MiB.
@@ -73,17 +73,52 @@ pub struct StorageArgs {
     #[arg(long, help_heading = "Storage")]
     pub format_version: Option<i32>,
     /// Write-ahead log: with it off, a crash loses every write not yet flushed.
-    #[arg(long, value_parser = on_off, default_value = "on", help_heading = "Storage")]
+    #[arg(long, value_parser = on_off, action = clap::ArgAction::Set, default_value = "on", help_heading = "Storage")]
     pub wal: bool,
     /// fsync the WAL before acknowledging each write.
-    #[arg(long, value_parser = on_off, default_value = "off", help_heading = "Storage")]
+    #[arg(long, value_parser = on_off, action = clap::ArgAction::Set, default_value = "off", help_heading = "Storage")]
     pub sync: bool,
     /// RocksDB background jobs (flushes and compactions).
     #[arg(long, help_heading = "Storage")]
     pub background_jobs: Option<i32>,
-    /// A RocksDB OPTIONS file to take database and column family options from.
+    /// A RocksDB OPTIONS file to take database and column family options
+    /// from, instead of the storage flags above.
     #[arg(long, help_heading = "Storage")]
     pub options_file: Option<PathBuf>,
+}
+
+impl StorageArgs {
+    /// The storage flags given that an OPTIONS file would also set.
+    pub fn flags_given(&self) -> Vec<&'static str> {
+        [
+            (
+                self.cache_index_and_filter_blocks.is_some(),
+                "--cache-index-and-filter-blocks",
+            ),
+            (self.write_buffer_size.is_some(), "--write-buffer-size"),
+            (
+                self.max_write_buffer_number.is_some(),
+                "--max-write-buffer-number",
+            ),
+            (
+                self.db_write_buffer_size.is_some(),
+                "--db-write-buffer-size",
+            ),
+            (self.compression.is_some(), "--compression"),
+            (
+                self.bottommost_compression.is_some(),
+                "--bottommost-compression",
+            ),
+            (self.compaction_style.is_some(), "--compaction-style"),
+            (self.max_open_files.is_some(), "--max-open-files"),
+            (self.bloom_bits.is_some(), "--bloom-bits"),
+            (self.format_version.is_some(), "--format-version"),
+            (self.background_jobs.is_some(), "--background-jobs"),
+        ]
+        .into_iter()
+        .filter_map(|(given, name)| given.then_some(name))
+        .collect()
+    }
 }
 
 #[derive(Debug, Clone, Parser)]

@@ -79,8 +79,7 @@ fn parse_multibulk(buf: &[u8]) -> Result<Option<(Request, usize)>, ProtocolError
         };
         let len = parse_int(&buf[pos + 1..end])
             .filter(|n| *n >= 0 && *n <= MAX_BULK_LEN as i64)
-            .ok_or_else(|| ProtocolError("invalid bulk length".into()))?
-            as usize;
+            .ok_or_else(|| ProtocolError("invalid bulk length".into()))? as usize;
         let start = end + 2;
         if buf.len() < start + len + 2 {
             return Ok(None);
@@ -125,7 +124,10 @@ pub mod reply {
     pub fn error(out: &mut Vec<u8>, msg: &str) {
         out.push(b'-');
         // CR and LF would end the reply early and desynchronise the client.
-        out.extend(msg.bytes().map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }));
+        out.extend(
+            msg.bytes()
+                .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+        );
         out.extend_from_slice(b"\r\n");
     }
 
@@ -163,7 +165,10 @@ mod tests {
     fn multibulk_whole_and_split() {
         let req = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n";
         let (args, used) = parse(req).unwrap().unwrap();
-        assert_eq!(args, vec![b"SET".to_vec(), b"k".to_vec(), b"hello".to_vec()]);
+        assert_eq!(
+            args,
+            vec![b"SET".to_vec(), b"k".to_vec(), b"hello".to_vec()]
+        );
         assert_eq!(used, req.len());
         for cut in 0..req.len() {
             assert_eq!(parse(&req[..cut]).unwrap(), None, "cut at {cut}");
@@ -179,7 +184,10 @@ mod tests {
             names.push(args[0].clone());
             pos += used;
         }
-        assert_eq!(names, vec![b"PING".to_vec(), b"PING".to_vec(), b"GET".to_vec()]);
+        assert_eq!(
+            names,
+            vec![b"PING".to_vec(), b"PING".to_vec(), b"GET".to_vec()]
+        );
         assert_eq!(pos, buf.len());
     }
 

@@ -45,7 +45,10 @@ async fn serve(args: NodeArgs) -> i32 {
     let listener = match TcpListener::bind(SocketAddr::new(args.bind, args.port)).await {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("soak-node: cannot listen on {}:{}: {e}", args.bind, args.port);
+            eprintln!(
+                "soak-node: cannot listen on {}:{}: {e}",
+                args.bind, args.port
+            );
             return 1;
         }
     };
@@ -59,7 +62,10 @@ async fn serve(args: NodeArgs) -> i32 {
                 addr
             }
             Err(e) => {
-                eprintln!("soak-node: cannot listen for metrics on {}:{port}: {e}", args.bind);
+                eprintln!(
+                    "soak-node: cannot listen for metrics on {}:{port}: {e}",
+                    args.bind
+                );
                 return 1;
             }
         },
@@ -68,7 +74,9 @@ async fn serve(args: NodeArgs) -> i32 {
     let resp_addr = listener.local_addr().expect("bound socket has an address");
     println!(
         "soak-node ready: resp={resp_addr} metrics={} allocator={} rocksdb={}",
-        metrics_addr.map(|a| a.to_string()).unwrap_or_else(|| "off".into()),
+        metrics_addr
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "off".into()),
         allocator.name(),
         store.rocksdb_version.as_deref().unwrap_or("unknown"),
     );
@@ -201,7 +209,7 @@ fn execute(ctx: &Ctx, conn: &mut Conn, req: &[Vec<u8>], out: &mut Vec<u8>) -> Fl
     let before = out.len();
     let name = req[0].to_ascii_uppercase();
     let args = &req[1..];
-    let flow = dispatch(ctx, conn, &name, args, out);
+    let flow = dispatch(ctx, conn, (&name, &req[0]), args, out);
     let error = out.get(before) == Some(&b'-');
     ctx.stats
         .record(Stats::command_index(&name), start.elapsed(), error);
@@ -212,7 +220,15 @@ fn db_error(out: &mut Vec<u8>, e: rocksdb::Error) {
     reply::error(out, &format!("ERR storage: {e}"));
 }
 
-fn dispatch(ctx: &Ctx, conn: &mut Conn, name: &[u8], args: &[Vec<u8>], out: &mut Vec<u8>) -> Flow {
+/// `names`: the command upper-cased for matching, and as the client wrote it.
+fn dispatch(
+    ctx: &Ctx,
+    conn: &mut Conn,
+    names: (&[u8], &[u8]),
+    args: &[Vec<u8>],
+    out: &mut Vec<u8>,
+) -> Flow {
+    let (name, written) = names;
     let db = &ctx.store.db;
     match (name, args.len()) {
         (b"PING", 0) => reply::simple(out, "PONG"),
@@ -248,7 +264,10 @@ fn dispatch(ctx: &Ctx, conn: &mut Conn, name: &[u8], args: &[Vec<u8>], out: &mut
             }
         }
         (b"DBSIZE", 0) => {
-            let n = db.iterator(IteratorMode::Start).take_while(|r| r.is_ok()).count();
+            let n = db
+                .iterator(IteratorMode::Start)
+                .take_while(|r| r.is_ok())
+                .count();
             reply::int(out, n as i64);
         }
         (b"SCAN", n) if n >= 1 => scan(ctx, conn, args, out),
@@ -258,7 +277,9 @@ fn dispatch(ctx: &Ctx, conn: &mut Conn, name: &[u8], args: &[Vec<u8>], out: &mut
             Err(e) => db_error(out, e),
         },
         (b"INFO", _) => {
-            let section = args.first().map(|s| String::from_utf8_lossy(s).to_lowercase());
+            let section = args
+                .first()
+                .map(|s| String::from_utf8_lossy(s).to_lowercase());
             reply::bulk(out, info(ctx, section.as_deref()).as_bytes());
         }
         (b"FLUSHALL", _) | (b"FLUSHDB", _) => match flush_all(ctx, db, &conn.write) {
@@ -269,7 +290,10 @@ fn dispatch(ctx: &Ctx, conn: &mut Conn, name: &[u8], args: &[Vec<u8>], out: &mut
             if args[0] == b"0" {
                 reply::simple(out, "OK")
             } else {
-                reply::error(out, "ERR DB index is out of range (soak-node has only db 0)")
+                reply::error(
+                    out,
+                    "ERR DB index is out of range (soak-node has only db 0)",
+                )
             }
         }
         (b"QUIT", _) => {
@@ -283,9 +307,19 @@ fn dispatch(ctx: &Ctx, conn: &mut Conn, name: &[u8], args: &[Vec<u8>], out: &mut
         },
         (b"HELLO", _) => hello(conn, args, out),
         (b"CONFIG", n) if n >= 1 => config(args, out),
-        (b"PING", _) | (b"ECHO", _) | (b"SET", _) | (b"GET", _) | (b"MGET", _)
-        | (b"EXISTS", _) | (b"DEL", _) | (b"DBSIZE", _) | (b"SCAN", _) | (b"TYPE", _)
-        | (b"SELECT", _) | (b"CLIENT", _) | (b"CONFIG", _) => arity_error(out, name),
+        (b"PING", _)
+        | (b"ECHO", _)
+        | (b"SET", _)
+        | (b"GET", _)
+        | (b"MGET", _)
+        | (b"EXISTS", _)
+        | (b"DEL", _)
+        | (b"DBSIZE", _)
+        | (b"SCAN", _)
+        | (b"TYPE", _)
+        | (b"SELECT", _)
+        | (b"CLIENT", _)
+        | (b"CONFIG", _) => arity_error(out, name),
         _ => {
             let shown: Vec<String> = args
                 .iter()
@@ -296,7 +330,7 @@ fn dispatch(ctx: &Ctx, conn: &mut Conn, name: &[u8], args: &[Vec<u8>], out: &mut
                 out,
                 &format!(
                     "ERR unknown command '{}', with args beginning with: {}",
-                    String::from_utf8_lossy(name),
+                    String::from_utf8_lossy(written),
                     shown.join(" ")
                 ),
             )
@@ -319,7 +353,12 @@ fn count_present(db: &rocksdb::DB, keys: &[Vec<u8>]) -> Result<i64, rocksdb::Err
 /// With synchronous writes a put waits for fsync; it moves off the async
 /// worker so that other connections keep being served meanwhile (and their
 /// writes join RocksDB's group commit).
-fn write(ctx: &Ctx, db: &rocksdb::DB, batch: WriteBatch, w: &WriteOptions) -> Result<(), rocksdb::Error> {
+fn write(
+    ctx: &Ctx,
+    db: &rocksdb::DB,
+    batch: WriteBatch,
+    w: &WriteOptions,
+) -> Result<(), rocksdb::Error> {
     if ctx.store.sync {
         tokio::task::block_in_place(|| db.write_opt(batch, w))
     } else {
@@ -336,7 +375,10 @@ fn set(ctx: &Ctx, conn: &mut Conn, args: &[Vec<u8>], out: &mut Vec<u8>) {
             b"NX" => nx = true,
             b"XX" => xx = true,
             b"EX" | b"PX" | b"EXAT" | b"PXAT" | b"KEEPTTL" | b"GET" => {
-                return reply::error(out, "ERR soak-node does not support SET options other than NX and XX");
+                return reply::error(
+                    out,
+                    "ERR soak-node does not support SET options other than NX and XX",
+                );
             }
             _ => return reply::error(out, "ERR syntax error"),
         }
@@ -374,7 +416,10 @@ fn flush_all(ctx: &Ctx, db: &rocksdb::DB, w: &WriteOptions) -> Result<(), rocksd
 const MAX_CURSORS: usize = 1024;
 
 fn scan(ctx: &Ctx, conn: &mut Conn, args: &[Vec<u8>], out: &mut Vec<u8>) {
-    let Some(cursor) = std::str::from_utf8(&args[0]).ok().and_then(|c| c.parse::<u64>().ok()) else {
+    let Some(cursor) = std::str::from_utf8(&args[0])
+        .ok()
+        .and_then(|c| c.parse::<u64>().ok())
+    else {
         return reply::error(out, "ERR invalid cursor");
     };
     let (mut pattern, mut count) = (None, 10usize);
@@ -404,7 +449,12 @@ fn scan(ctx: &Ctx, conn: &mut Conn, args: &[Vec<u8>], out: &mut Vec<u8>) {
     } else {
         match conn.cursors.iter().find(|(id, _)| *id == cursor) {
             Some((_, last)) => Some(last.clone()),
-            None => return reply::error(out, "ERR invalid cursor (unknown or expired on this connection)"),
+            None => {
+                return reply::error(
+                    out,
+                    "ERR invalid cursor (unknown or expired on this connection)",
+                )
+            }
         }
     };
     let db = &ctx.store.db;
@@ -489,7 +539,12 @@ pub fn glob_match(p: &[u8], s: &[u8]) -> bool {
 
 fn info(ctx: &Ctx, section: Option<&str>) -> String {
     use std::fmt::Write;
-    let want = |s: &str| matches!(section, None | Some("all") | Some("everything") | Some("default")) || section == Some(s);
+    let want = |s: &str| {
+        matches!(
+            section,
+            None | Some("all") | Some("everything") | Some("default")
+        ) || section == Some(s)
+    };
     let mut o = String::new();
     if want("server") {
         let _ = write!(
@@ -519,14 +574,20 @@ fn info(ctx: &Ctx, section: Option<&str>) -> String {
         for (k, p) in [
             ("rocksdb_block_cache_usage", "rocksdb.block-cache-usage"),
             ("rocksdb_memtables_size", "rocksdb.cur-size-all-mem-tables"),
-            ("rocksdb_table_readers_mem", "rocksdb.estimate-table-readers-mem"),
+            (
+                "rocksdb_table_readers_mem",
+                "rocksdb.estimate-table-readers-mem",
+            ),
         ] {
             let _ = write!(o, "{k}:{}\r\n", ctx.store.int_property(p).unwrap_or(0));
         }
         o.push_str("\r\n");
     }
     if want("keyspace") {
-        let keys = ctx.store.int_property("rocksdb.estimate-num-keys").unwrap_or(0);
+        let keys = ctx
+            .store
+            .int_property("rocksdb.estimate-num-keys")
+            .unwrap_or(0);
         let _ = write!(o, "# Keyspace\r\ndb0:keys={keys},expires=0,avg_ttl=0\r\n");
     }
     o
@@ -536,7 +597,10 @@ fn client(conn: &mut Conn, args: &[Vec<u8>], out: &mut Vec<u8>) {
     match args[0].to_ascii_uppercase().as_slice() {
         b"ID" => reply::int(out, conn.id as i64),
         b"GETNAME" => reply::null(out),
-        b"INFO" | b"LIST" => reply::bulk(out, format!("id={} name= db=0 cmd=client\n", conn.id).as_bytes()),
+        b"INFO" | b"LIST" => reply::bulk(
+            out,
+            format!("id={} name= db=0 cmd=client\n", conn.id).as_bytes(),
+        ),
         _ => reply::simple(out, "OK"),
     }
 }
@@ -548,7 +612,10 @@ fn hello(conn: &mut Conn, args: &[Vec<u8>], out: &mut Vec<u8>) {
         }
     }
     reply::array(out, 14);
-    for (k, v) in [("server", "soak-node"), ("version", env!("CARGO_PKG_VERSION"))] {
+    for (k, v) in [
+        ("server", "soak-node"),
+        ("version", env!("CARGO_PKG_VERSION")),
+    ] {
         reply::bulk(out, k.as_bytes());
         reply::bulk(out, v.as_bytes());
     }
@@ -569,8 +636,14 @@ fn config(args: &[Vec<u8>], out: &mut Vec<u8>) {
         b"GET" => {
             // redis-benchmark asks for these two before it starts.
             let known = [("save", ""), ("appendonly", "no")];
-            let pattern = args.get(1).map(|p| p.to_ascii_lowercase()).unwrap_or_default();
-            let hits: Vec<_> = known.iter().filter(|(k, _)| glob_match(&pattern, k.as_bytes())).collect();
+            let pattern = args
+                .get(1)
+                .map(|p| p.to_ascii_lowercase())
+                .unwrap_or_default();
+            let hits: Vec<_> = known
+                .iter()
+                .filter(|(k, _)| glob_match(&pattern, k.as_bytes()))
+                .collect();
             reply::array(out, hits.len() * 2);
             for (k, v) in hits {
                 reply::bulk(out, k.as_bytes());

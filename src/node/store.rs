@@ -90,13 +90,6 @@ fn apply_flags(opts: &mut Options, s: &StorageArgs, cache: &Cache) -> Option<Wri
         wbm
     });
 
-    // With an OPTIONS file, its table options stand unless a table flag is given.
-    let table_flags = s.cache_index_and_filter_blocks.is_some()
-        || s.bloom_bits.is_some()
-        || s.format_version.is_some();
-    if s.options_file.is_some() && !table_flags {
-        return wbm;
-    }
     let cache_meta = s.cache_index_and_filter_blocks.unwrap_or(false);
     let bloom_bits = s.bloom_bits.unwrap_or(10.0);
     let mut table = BlockBasedOptions::default();
@@ -117,47 +110,64 @@ fn apply_flags(opts: &mut Options, s: &StorageArgs, cache: &Cache) -> Option<Wri
 
 /// RocksDB reads OPTIONS files only from a database directory, by their
 /// name, so a user's file is copied into a scratch directory first.
-fn load_options_file(path: &Path, cache: &Cache) -> Result<(Options, Vec<String>), StoreError> {
+fn load_options_file(
+    path: &Path,
+    cache: &Cache,
+) -> Result<(Options, Vec<ColumnFamilyDescriptor>), StoreError> {
     let fail = |reason: String| StoreError::OptionsFile {
         path: path.to_path_buf(),
         reason,
     };
     let scratch = std::env::temp_dir().join(format!("soak-node-options-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).map_err(|e| fail(e.to_string()))?;
-    let copied = std::fs::copy(path, scratch.join("OPTIONS-000001")).map_err(|e| fail(e.to_string()));
+    let copied =
+        std::fs::copy(path, scratch.join("OPTIONS-000001")).map_err(|e| fail(e.to_string()));
     let loaded = copied.and_then(|_| {
         let env = Env::new().map_err(|e| fail(e.to_string()))?;
         Options::load_latest(&scratch, env, false, cache.clone()).map_err(|e| fail(e.to_string()))
     });
     let _ = std::fs::remove_dir_all(&scratch);
-    let (opts, cfs) = loaded?;
-    Ok((opts, cfs.iter().map(|d| d.name().to_string()).collect()))
+    loaded
 }
 
 impl Store {
     pub fn open(data_dir: &Path, s: &StorageArgs) -> Result<Store, StoreError> {
         let cache = Cache::new_lru_cache(s.block_cache as usize);
-        let (mut opts, mut cfs) = match &s.options_file {
-            Some(p) => load_options_file(p, &cache)?,
-            None => (Options::default(), vec![]),
+        // An OPTIONS file is an alternative to the flags: it carries the
+        // options of every column family, which the flags cannot.
+        let (mut opts, mut descriptors, wbm) = match &s.options_file {
+            Some(p) => {
+                let given = s.flags_given();
+                if !given.is_empty() {
+                    return Err(StoreError::OptionsFile {
+                        path: p.clone(),
+                        reason: format!(
+                            "--options-file and {} are alternatives: put the option in the file",
+                            given.join(", ")
+                        ),
+                    });
+                }
+                let (opts, cfs) = load_options_file(p, &cache)?;
+                (opts, cfs, None)
+            }
+            None => {
+                let mut opts = Options::default();
+                let wbm = apply_flags(&mut opts, s, &cache);
+                (opts, vec![], wbm)
+            }
         };
         opts.create_if_missing(true);
         opts.create_missing_column_families(true);
-        let wbm = apply_flags(&mut opts, s, &cache);
 
         // A database may hold column families (written by another tool or
         // version); all of them must be named to open it.
         if let Ok(existing) = DB::list_cf(&opts, data_dir) {
             for cf in existing {
-                if !cfs.contains(&cf) {
-                    cfs.push(cf);
+                if !descriptors.iter().any(|d| d.name() == cf) {
+                    descriptors.push(ColumnFamilyDescriptor::new(&cf, opts.clone()));
                 }
             }
         }
-        cfs.retain(|c| c != "default");
-        let descriptors = cfs
-            .iter()
-            .map(|name| ColumnFamilyDescriptor::new(name, opts.clone()));
         let db = DB::open_cf_descriptors(&opts, data_dir, descriptors).map_err(|source| {
             StoreError::Open {
                 path: data_dir.to_path_buf(),

@@ -26,12 +26,18 @@ fn value_text(v: &serde_json::Value, unit: &str) -> String {
     match (v, unit) {
         (serde_json::Value::Null, _) => "n/a".into(),
         (serde_json::Value::Number(n), "bytes/h") => mib_per_h(n.as_f64()),
-        (serde_json::Value::Number(n), "bytes") => Bytes(n.as_f64().unwrap_or(0.0) as u64).to_string(),
+        (serde_json::Value::Number(n), "bytes") => {
+            Bytes(n.as_f64().unwrap_or(0.0) as u64).to_string()
+        }
         (v, _) => v.to_string(),
     }
 }
 
-pub fn write(w: &mut impl Write, s: &Summary, charts: &BTreeMap<String, Vec<(f64, u64)>>) -> io::Result<()> {
+pub fn write(
+    w: &mut impl Write,
+    s: &Summary,
+    charts: &BTreeMap<String, Vec<(f64, u64)>>,
+) -> io::Result<()> {
     writeln!(w, "# soak: {} — {}\n", s.suite, badge(s.verdict))?;
     if !s.description.trim().is_empty() {
         for line in s.description.trim().lines() {
@@ -49,12 +55,20 @@ pub fn write(w: &mut impl Write, s: &Summary, charts: &BTreeMap<String, Vec<(f64
         s.soak_version
     )?;
     writeln!(w, "| cell | verdict | acknowledged | lost | corrupted | in doubt | OOM kills | restarts | peak RSS | RSS growth | ops/s | p99 |")?;
-    writeln!(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")?;
+    writeln!(
+        w,
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    )?;
     for c in &s.cells {
         let (ops, p99) = c
             .load
             .as_ref()
-            .map(|l| (format!("{:.0}", l.ops_per_s), format!("{:.2} ms", l.latency_us.p99 as f64 / 1000.0)))
+            .map(|l| {
+                (
+                    format!("{:.0}", l.ops_per_s),
+                    format!("{:.2} ms", l.latency_us.p99 as f64 / 1000.0),
+                )
+            })
             .unwrap_or(("n/a".into(), "n/a".into()));
         writeln!(
             w,
@@ -83,16 +97,30 @@ pub fn write(w: &mut impl Write, s: &Summary, charts: &BTreeMap<String, Vec<(f64
 fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<()> {
     writeln!(w, "## `{}` — {}\n", c.id, badge(c.verdict))?;
     if let Some(e) = &c.error {
-        writeln!(w, "**The cell could not finish:**\n\n```\n{}\n```\n", e.trim())?;
+        writeln!(
+            w,
+            "**The cell could not finish:**\n\n```\n{}\n```\n",
+            e.trim()
+        )?;
     }
     if !c.params.is_empty() {
         let p: Vec<String> = c.params.iter().map(|(k, v)| format!("`{k}={v}`")).collect();
         writeln!(w, "Parameters: {}\n", p.join(", "))?;
     }
     if !c.checks.is_empty() {
-        writeln!(w, "| check | verdict | measured | limit |\n|---|---|---:|---:|")?;
+        writeln!(
+            w,
+            "| check | verdict | measured | limit |\n|---|---|---:|---:|"
+        )?;
         for k in &c.checks {
-            writeln!(w, "| {} | {} | {} | {} |", k.name, badge(k.verdict), value_text(&k.value, &k.unit), value_text(&k.limit, &k.unit))?;
+            writeln!(
+                w,
+                "| {} | {} | {} | {} |",
+                k.name,
+                badge(k.verdict),
+                value_text(&k.value, &k.unit),
+                value_text(&k.limit, &k.unit)
+            )?;
         }
         writeln!(w)?;
     }
@@ -118,7 +146,15 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
     if !c.restarts.is_empty() {
         writeln!(w, "| restart | reason | at | ready after | previous incarnation ended by |\n|---:|---|---:|---:|---|")?;
         for (n, r) in c.restarts.iter().enumerate() {
-            writeln!(w, "| {} | {} | {:.1} s | {} ms | {} |", n + 1, r.reason, r.at_s, r.ready_after_ms, r.exit)?;
+            writeln!(
+                w,
+                "| {} | {} | {:.1} s | {} ms | {} |",
+                n + 1,
+                r.reason,
+                r.at_s,
+                r.ready_after_ms,
+                r.exit
+            )?;
         }
         writeln!(w)?;
     }
@@ -144,7 +180,11 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
     if !c.phases.is_empty() {
         writeln!(w, "<details><summary>Phases</summary>\n\n| phase | from | to | outcome |\n|---|---:|---:|---|")?;
         for p in &c.phases {
-            writeln!(w, "| {} | {:.1} s | {:.1} s | {} |", p.phase, p.start_s, p.end_s, p.outcome)?;
+            writeln!(
+                w,
+                "| {} | {:.1} s | {:.1} s | {} |",
+                p.phase, p.start_s, p.end_s, p.outcome
+            )?;
         }
         writeln!(w, "\n</details>\n")?;
     }
@@ -156,17 +196,36 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
 }
 
 /// RSS over time as a mermaid line chart, with the limit as a second line.
-fn chart_rss(w: &mut impl Write, id: &str, points: &[(f64, u64)], limit: Option<u64>) -> io::Result<()> {
+fn chart_rss(
+    w: &mut impl Write,
+    id: &str,
+    points: &[(f64, u64)],
+    limit: Option<u64>,
+) -> io::Result<()> {
     if points.len() < 2 {
         return Ok(());
     }
     const MAX: usize = 60;
     let step = (points.len() as f64 / MAX as f64).max(1.0);
-    let picked: Vec<(f64, u64)> = (0..points.len().min(MAX)).map(|i| points[(i as f64 * step) as usize]).collect();
+    let picked: Vec<(f64, u64)> = (0..points.len().min(MAX))
+        .map(|i| points[(i as f64 * step) as usize])
+        .collect();
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
-    let top = picked.iter().map(|p| mib(p.1)).fold(limit.map(mib).unwrap_or(0.0), f64::max) * 1.1;
+    let top = picked
+        .iter()
+        .map(|p| mib(p.1))
+        .fold(limit.map(mib).unwrap_or(0.0), f64::max)
+        * 1.1;
     let t_end = picked.last().map(|p| p.0).unwrap_or(0.0);
-    writeln!(w, "```mermaid\nxychart-beta\n    title \"RSS of {id} (MiB{})\"", if limit.is_some() { "; flat line: the limit" } else { "" })?;
+    writeln!(
+        w,
+        "```mermaid\nxychart-beta\n    title \"RSS of {id} (MiB{})\"",
+        if limit.is_some() {
+            "; flat line: the limit"
+        } else {
+            ""
+        }
+    )?;
     writeln!(w, "    x-axis \"seconds\" 0 --> {:.0}", t_end.ceil())?;
     writeln!(w, "    y-axis \"MiB\" 0 --> {:.0}", top.ceil().max(1.0))?;
     let series: Vec<String> = picked.iter().map(|p| format!("{:.1}", mib(p.1))).collect();

@@ -151,7 +151,11 @@ pub fn human_duration(d: Duration) -> String {
 }
 
 /// Writes `summary.json` and `report.md` into `dir`, replacing them.
-pub fn write_all(dir: &Path, summary: &Summary, charts: &BTreeMap<String, Vec<(f64, u64)>>) -> std::io::Result<()> {
+pub fn write_all(
+    dir: &Path,
+    summary: &Summary,
+    charts: &BTreeMap<String, Vec<(f64, u64)>>,
+) -> std::io::Result<()> {
     let json = serde_json::to_string_pretty(summary).map_err(std::io::Error::other)?;
     std::fs::write(dir.join("summary.json"), json + "\n")?;
     let mut md = Vec::new();

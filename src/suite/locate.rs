@@ -30,8 +30,12 @@ fn segments(path: &str) -> Vec<Seg> {
 }
 
 enum Frame {
-    Map { key: Option<(String, (usize, usize))> },
-    Seq { next: usize },
+    Map {
+        key: Option<(String, (usize, usize))>,
+    },
+    Seq {
+        next: usize,
+    },
 }
 
 /// The 1-based (line, column) where the value at `path` is written (for a
@@ -46,7 +50,10 @@ pub fn position(text: &str, path: &str) -> Option<(usize, usize)> {
         let here = (mark.line(), mark.col() + 1);
         let starts_node = matches!(
             event,
-            Event::Scalar(..) | Event::MappingStart(..) | Event::SequenceStart(..) | Event::Alias(_)
+            Event::Scalar(..)
+                | Event::MappingStart(..)
+                | Event::SequenceStart(..)
+                | Event::Alias(_)
         );
         if starts_node {
             // Is this node a key of its parent map?
@@ -74,6 +81,12 @@ pub fn position(text: &str, path: &str) -> Option<(usize, usize)> {
                 cur.push(s);
             }
             if cur == want {
+                // A map in a list: point at its first key, where people look.
+                if matches!(event, Event::MappingStart(..)) && matches!(seg, Some(Seg::Index(_))) {
+                    if let Ok((_, m)) = parser.next_token() {
+                        return Some((m.line(), m.col() + 1));
+                    }
+                }
                 return Some(at);
             }
             match event {

@@ -187,7 +187,11 @@ impl<'de> Deserialize<'de> for Phase {
         impl<'de> Visitor<'de> for V {
             type Value = Phase;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                write!(f, "a phase: one of {} (e.g. `- run: 20s` or `- start`)", PHASES.join(", "))
+                write!(
+                    f,
+                    "a phase: one of {} (e.g. `- run: 20s` or `- start`)",
+                    PHASES.join(", ")
+                )
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Phase, E> {
                 match v {
@@ -205,7 +209,9 @@ impl<'de> Deserialize<'de> for Phase {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Phase, A::Error> {
                 let Some(key) = map.next_key::<String>()? else {
-                    return Err(de::Error::custom("an empty map is not a phase: write e.g. `- run: 30s`"));
+                    return Err(de::Error::custom(
+                        "an empty map is not a phase: write e.g. `- run: 30s`",
+                    ));
                 };
                 let phase = match key.as_str() {
                     "run" => Phase::Run(map.next_value::<Dur>()?.0),
@@ -220,7 +226,9 @@ impl<'de> Deserialize<'de> for Phase {
                         Phase::Verify
                     }
                     "start" | "stop" => {
-                        return Err(de::Error::custom(format!("`{key}` takes no value: write `- {key}`")))
+                        return Err(de::Error::custom(format!(
+                            "`{key}` takes no value: write `- {key}`"
+                        )))
                     }
                     other => {
                         return Err(de::Error::custom(format!(
@@ -275,22 +283,34 @@ impl<'de> Deserialize<'de> for CountCheck {
                 f.write_str("a limit such as 0, or { max: 0, severity: warn }")
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<CountCheck, E> {
-                Ok(CountCheck { max: v, severity: Severity::Fail })
+                Ok(CountCheck {
+                    max: v,
+                    severity: Severity::Fail,
+                })
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<CountCheck, E> {
                 u64::try_from(v)
-                    .map(|max| CountCheck { max, severity: Severity::Fail })
+                    .map(|max| CountCheck {
+                        max,
+                        severity: Severity::Fail,
+                    })
                     .map_err(|_| E::custom("a limit cannot be negative"))
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<CountCheck, E> {
                 let n: String = v.chars().filter(|c| *c != '_').collect();
                 n.parse()
-                    .map(|max| CountCheck { max, severity: Severity::Fail })
+                    .map(|max| CountCheck {
+                        max,
+                        severity: Severity::Fail,
+                    })
                     .map_err(|_| E::custom(format!("{v:?} is not a whole number")))
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<CountCheck, A::Error> {
                 let f = Full::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(CountCheck { max: f.max.0, severity: f.severity })
+                Ok(CountCheck {
+                    max: f.max.0,
+                    severity: f.severity,
+                })
             }
         }
         d.deserialize_any(V)
@@ -363,7 +383,15 @@ impl fmt::Display for SuiteError {
 impl std::error::Error for SuiteError {}
 
 /// The top-level keys of a suite, for near-miss hints.
-const TOP_KEYS: [&str; 7] = ["name", "description", "node", "limits", "workload", "phases", "checks"];
+const TOP_KEYS: [&str; 7] = [
+    "name",
+    "description",
+    "node",
+    "limits",
+    "workload",
+    "phases",
+    "checks",
+];
 
 impl Suite {
     /// Reads and validates a suite file.
@@ -448,21 +476,38 @@ impl Suite {
         }
         if let Some(w) = &self.workload {
             let m = w.mix;
-            if [m.set, m.get, m.del].iter().any(|v| *v < 0.0 || !v.is_finite()) || m.set + m.get + m.del <= 0.0 {
-                out.push(("workload.mix".into(), "shares must be zero or more and not all zero, e.g. { set: 0.5, get: 0.5 }".into()));
+            if [m.set, m.get, m.del]
+                .iter()
+                .any(|v| *v < 0.0 || !v.is_finite())
+                || m.set + m.get + m.del <= 0.0
+            {
+                out.push((
+                    "workload.mix".into(),
+                    "shares must be zero or more and not all zero, e.g. { set: 0.5, get: 0.5 }"
+                        .into(),
+                ));
             }
             if w.keys.0 == 0 {
-                out.push(("workload.keys".into(), "the key space needs at least 1 key".into()));
+                out.push((
+                    "workload.keys".into(),
+                    "the key space needs at least 1 key".into(),
+                ));
             }
             if w.connections.0 == 0 || w.connections.0 > 1024 {
-                out.push(("workload.connections".into(), "connections must be between 1 and 1024".into()));
+                out.push((
+                    "workload.connections".into(),
+                    "connections must be between 1 and 1024".into(),
+                ));
             }
             if w.keys.0 > u32::MAX as u64 {
                 out.push(("workload.keys".into(), format!("at most {} keys", u32::MAX)));
             }
         }
         if self.phases.is_empty() {
-            out.push(("phases".into(), "a suite needs at least one phase, e.g. `- run: 30s`".into()));
+            out.push((
+                "phases".into(),
+                "a suite needs at least one phase, e.g. `- run: 30s`".into(),
+            ));
         }
         // The node starts before the first phase; follow its state through them.
         let mut running = true;
@@ -513,12 +558,12 @@ fn explain_serde(msg: &str, path: &str) -> String {
     let msg = msg.trim_start_matches(&format!("{path}: ")).to_string();
     if let Some(rest) = msg.strip_prefix("unknown field `") {
         if let Some((field, expected)) = rest.split_once('`') {
-            let candidates: Vec<&str> = expected
-                .split('`')
-                .skip(1)
-                .step_by(2)
-                .collect();
-            let candidates = if candidates.is_empty() { TOP_KEYS.to_vec() } else { candidates };
+            let candidates: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+            let candidates = if candidates.is_empty() {
+                TOP_KEYS.to_vec()
+            } else {
+                candidates
+            };
             let hint = values::did_you_mean(field, candidates.iter().copied());
             return format!("{msg}{hint}");
         }

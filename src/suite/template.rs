@@ -16,9 +16,9 @@ fn pieces(text: &str) -> Result<Vec<(bool, &str)>, String> {
             out.push((false, "$"));
             rest = tail;
         } else if let Some(body) = after.strip_prefix('{') {
-            let end = body
-                .find('}')
-                .ok_or_else(|| format!("unclosed `${{` in {text:?}: write `${{NAME}}` (or `$$` for a literal `$`)"))?;
+            let end = body.find('}').ok_or_else(|| {
+                format!("unclosed `${{` in {text:?}: write `${{NAME}}` (or `$$` for a literal `$`)")
+            })?;
             let name = &body[..end];
             if name.is_empty() {
                 return Err(format!("empty `${{}}` in {text:?}"));
@@ -41,7 +41,11 @@ pub fn check(text: &str, known: &[&str]) -> Result<(), String> {
             return Err(format!(
                 "unknown variable `${{{name}}}`{}; variables here: {}",
                 super::values::did_you_mean(name, known.iter().copied()),
-                known.iter().map(|k| format!("${{{k}}}")).collect::<Vec<_>>().join(", ")
+                known
+                    .iter()
+                    .map(|k| format!("${{{k}}}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
     }
@@ -71,7 +75,10 @@ mod tests {
     #[test]
     fn renders_and_checks() {
         let vars: BTreeMap<String, String> = [("PORT".to_string(), "4000".to_string())].into();
-        assert_eq!(render("127.0.0.1:${PORT}", &vars).unwrap(), "127.0.0.1:4000");
+        assert_eq!(
+            render("127.0.0.1:${PORT}", &vars).unwrap(),
+            "127.0.0.1:4000"
+        );
         assert_eq!(render("cost $$5 $x", &vars).unwrap(), "cost $5 $x");
         let e = check("${PROT}", CELL_VARIABLES).unwrap_err();
         assert!(e.contains("did you mean `PORT`"), "{e}");

@@ -11,19 +11,29 @@ use serde::{Deserialize, Serialize};
 
 use crate::units;
 
-/// Levenshtein distance, for "did you mean" hints.
+/// Edit distance with adjacent transpositions (optimal string alignment),
+/// for "did you mean" hints: `PROT` is one edit from `PORT`.
 pub fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != *cb);
-            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
     }
-    prev[b.len()]
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// The candidate nearest to `word`, if it is near enough to be a typo.
@@ -79,16 +89,18 @@ macro_rules! text_value {
 /// A byte size: `256MiB`, `64KB`, `4096`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Size(pub u64);
-text_value!(Size, "a size such as 256MiB", |s: &str| units::parse_size(s)
-    .map(Size)
-    .map_err(|e| e.to_string()));
+text_value!(Size, "a size such as 256MiB", |s: &str| units::parse_size(
+    s
+)
+.map(Size)
+.map_err(|e| e.to_string()));
 
 /// A duration: `500ms`, `90s`, `20m`, `2h`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Dur(pub Duration);
-text_value!(Dur, "a duration such as 90s", |s: &str| units::parse_duration(s)
-    .map(Dur)
-    .map_err(|e| e.to_string()));
+text_value!(Dur, "a duration such as 90s", |s: &str| {
+    units::parse_duration(s).map(Dur).map_err(|e| e.to_string())
+});
 
 impl Serialize for Dur {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -123,7 +135,9 @@ text_value!(Count, "a whole number such as 100_000", |s: &str| {
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize)]
 pub struct GrowthRate(pub f64);
 text_value!(GrowthRate, "a growth rate such as 20MiB/h", |s: &str| {
-    let hint = || format!("{s:?} is not a valid growth rate: write a size per hour, minute or second, e.g. 20MiB/h");
+    let hint = || {
+        format!("{s:?} is not a valid growth rate: write a size per hour, minute or second, e.g. 20MiB/h")
+    };
     let (size, per) = s.trim().rsplit_once('/').ok_or_else(hint)?;
     let bytes = units::parse_size(size).map_err(|e| e.to_string())? as f64;
     let factor = match per {
@@ -146,7 +160,11 @@ pub struct Sig(pub Signal);
 
 pub fn parse_signal(s: &str) -> Result<Signal, String> {
     let up = s.trim().to_ascii_uppercase();
-    let full = if up.starts_with("SIG") { up.clone() } else { format!("SIG{up}") };
+    let full = if up.starts_with("SIG") {
+        up.clone()
+    } else {
+        format!("SIG{up}")
+    };
     if SIGNALS.contains(&full.as_str()) {
         if let Ok(sig) = full.parse::<Signal>() {
             return Ok(sig);
@@ -158,7 +176,9 @@ pub fn parse_signal(s: &str) -> Result<Signal, String> {
         SIGNALS.join(", ")
     ))
 }
-text_value!(Sig, "a signal name such as SIGKILL", |s: &str| parse_signal(s).map(Sig));
+text_value!(Sig, "a signal name such as SIGKILL", |s: &str| {
+    parse_signal(s).map(Sig)
+});
 
 impl Serialize for Sig {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -178,9 +198,14 @@ mod tests {
 
     #[test]
     fn near_misses() {
-        assert_eq!(near_miss("jemaloc", ["glibc", "jemalloc", "mimalloc"]), Some("jemalloc"));
+        assert_eq!(
+            near_miss("jemaloc", ["glibc", "jemalloc", "mimalloc"]),
+            Some("jemalloc")
+        );
         assert_eq!(near_miss("zzz", ["glibc", "jemalloc"]), None);
-        assert!(parse_signal("SIGKIL").unwrap_err().contains("did you mean `SIGKILL`"));
+        assert!(parse_signal("SIGKIL")
+            .unwrap_err()
+            .contains("did you mean `SIGKILL`"));
         assert_eq!(parse_signal("kill").unwrap(), Signal::SIGKILL);
     }
 }

@@ -57,10 +57,20 @@ pub fn process_tree(root: i32) -> Vec<i32> {
     let mut parent_of = vec![];
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for e in dir.flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-            let Some((_, rest)) = stat.rsplit_once(')') else { continue };
-            if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|p| p.parse::<i32>().ok()) {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            let Some((_, rest)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            if let Some(ppid) = rest
+                .split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<i32>().ok())
+            {
                 parent_of.push((pid, ppid));
             }
         }
@@ -104,9 +114,17 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    pub fn start(target: Target, interval: Duration, csv: PathBuf, origin: tokio::time::Instant) -> std::io::Result<Sampler> {
+    pub fn start(
+        target: Target,
+        interval: Duration,
+        csv: PathBuf,
+        origin: tokio::time::Instant,
+    ) -> std::io::Result<Sampler> {
         let mut file = std::fs::File::create(&csv)?;
-        writeln!(file, "t_s,segment,up,rss_bytes,cgroup_bytes,cgroup_anon_bytes,cgroup_file_bytes")?;
+        writeln!(
+            file,
+            "t_s,segment,up,rss_bytes,cgroup_bytes,cgroup_anon_bytes,cgroup_file_bytes"
+        )?;
         let samples = Arc::new(Mutex::new(Vec::new()));
         let (stop, mut stopped) = watch::channel(false);
         let store = samples.clone();
@@ -131,7 +149,11 @@ impl Sampler {
                 }
             }
         });
-        Ok(Sampler { stop, handle, samples })
+        Ok(Sampler {
+            stop,
+            handle,
+            samples,
+        })
     }
 
     pub async fn stop(self) -> Vec<Sample> {

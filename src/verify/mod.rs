@@ -57,7 +57,8 @@ pub async fn online(
         target: target.to_string(),
         reason,
     };
-    let client = redis::Client::open(format!("redis://{target}/")).map_err(|e| fail(e.to_string()))?;
+    let client =
+        redis::Client::open(format!("redis://{target}/")).map_err(|e| fail(e.to_string()))?;
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(5)))
         .set_response_timeout(Some(timeout.max(Duration::from_secs(10))));
@@ -65,7 +66,9 @@ pub async fn online(
         .get_multiplexed_async_connection_with_config(&config)
         .await
         .map_err(|e| fail(e.to_string()))?;
-    let keys: Vec<usize> = (0..ledger.keys()).filter(|k| ledger.is_touched(*k)).collect();
+    let keys: Vec<usize> = (0..ledger.keys())
+        .filter(|k| ledger.is_touched(*k))
+        .collect();
     let mut out = Integrity::default();
     let mut last_report = Instant::now();
     for group in keys.chunks(BATCH * PIPELINE) {
@@ -84,7 +87,11 @@ pub async fn online(
         for (batch, reply) in batches.iter().zip(replies) {
             let values = reply.map_err(|e| fail(e.to_string()))?;
             if values.len() != batch.len() {
-                return Err(fail(format!("MGET of {} keys returned {} values", batch.len(), values.len())));
+                return Err(fail(format!(
+                    "MGET of {} keys returned {} values",
+                    batch.len(),
+                    values.len()
+                )));
             }
             for (k, v) in batch.iter().zip(values) {
                 match ledger.judge(*k, ledger.decode(*k, v.as_deref())) {
@@ -98,7 +105,10 @@ pub async fn online(
             }
         }
         if last_report.elapsed() > Duration::from_secs(1) {
-            progress(out.verified as usize + out.in_doubt as usize + out.lost as usize, keys.len());
+            progress(
+                out.verified as usize + out.in_doubt as usize + out.lost as usize,
+                keys.len(),
+            );
             last_report = Instant::now();
         }
         let _ = &mut con;

@@ -68,7 +68,11 @@ pub enum KeyVerdict {
 
 impl Ledger {
     pub fn new(keys: usize, value_size: usize, set: f64, del: f64, seed: u64) -> Ledger {
-        let share = if set + del > 0.0 { set / (set + del) } else { 1.0 };
+        let share = if set + del > 0.0 {
+            set / (set + del)
+        } else {
+            1.0
+        };
         Ledger {
             acked: (0..keys).map(|_| AtomicU32::new(0)).collect(),
             sent: (0..keys).map(|_| AtomicU32::new(0)).collect(),
@@ -119,7 +123,9 @@ impl Ledger {
 
     /// Reads a value back: which version of key `k` it is, if any.
     pub fn decode(&self, k: usize, value: Option<&[u8]>) -> Observed {
-        let Some(value) = value else { return Observed::Absent };
+        let Some(value) = value else {
+            return Observed::Absent;
+        };
         let mut parts = value.splitn(3, |b| *b == b':');
         let (Some(kk), Some(vv)) = (parts.next(), parts.next()) else {
             return Observed::Garbage;
@@ -175,14 +181,19 @@ impl Ledger {
             Observed::Version(_) if a > 0 && !expect_present => KeyVerdict::Resurrected,
             Observed::Version(_) => KeyVerdict::Lost,
             Observed::Absent if !expect_present => KeyVerdict::Ok,
-            Observed::Absent if (a + 1..=s).any(|v| !self.present_after(k, v)) => KeyVerdict::InDoubt,
+            Observed::Absent if (a + 1..=s).any(|v| !self.present_after(k, v)) => {
+                KeyVerdict::InDoubt
+            }
             Observed::Absent => KeyVerdict::Lost,
         };
         match (verdict, seen) {
             (KeyVerdict::Ok | KeyVerdict::InDoubt, Observed::Version(v)) => self.settle(k, v),
             (KeyVerdict::Ok, Observed::Absent) => self.settle(k, a),
             (KeyVerdict::InDoubt, Observed::Absent) => {
-                let d = (a + 1..=s).rev().find(|v| !self.present_after(k, *v)).unwrap_or(a);
+                let d = (a + 1..=s)
+                    .rev()
+                    .find(|v| !self.present_after(k, *v))
+                    .unwrap_or(a);
                 self.settle(k, d)
             }
             _ => {

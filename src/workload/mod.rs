@@ -108,7 +108,13 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(cfg: LoadConfig) -> Engine {
-        let ledger = Arc::new(Ledger::new(cfg.keys, cfg.value_size, cfg.set, cfg.del, cfg.seed));
+        let ledger = Arc::new(Ledger::new(
+            cfg.keys,
+            cfg.value_size,
+            cfg.set,
+            cfg.del,
+            cfg.seed,
+        ));
         Engine {
             cfg,
             ledger,
@@ -151,7 +157,9 @@ impl Engine {
 
     /// Stops scheduling and waits for the requests in flight to settle.
     pub async fn pause(&mut self) {
-        let Some((stop, handles, started)) = self.running.take() else { return };
+        let Some((stop, handles, started)) = self.running.take() else {
+            return;
+        };
         let _ = stop.send(true);
         for h in handles {
             let _ = h.await;
@@ -202,7 +210,8 @@ impl Conn {
 
     async fn run(self) {
         let mut local = LoadStats::default();
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(self.cfg.seed ^ (self.index as u64 + 1) * 0x9E37);
+        let mut rng =
+            rand::rngs::SmallRng::seed_from_u64(self.cfg.seed ^ ((self.index as u64 + 1) * 0x9E37));
         let period = Duration::from_secs_f64(self.cfg.connections as f64 / self.cfg.rate);
         let total = self.cfg.set + self.cfg.get + self.cfg.del;
         let read_share = self.cfg.get / total;
@@ -210,7 +219,8 @@ impl Conn {
         let mut con: Option<MultiplexedConnection> = None;
         let mut in_flight = FuturesUnordered::new();
         // Stagger the connections' ticks across one period.
-        let mut next = Instant::now() + period.mul_f64(self.index as f64 / self.cfg.connections as f64);
+        let mut next =
+            Instant::now() + period.mul_f64(self.index as f64 / self.cfg.connections as f64);
         loop {
             tokio::select! {
                 biased;
@@ -246,7 +256,12 @@ impl Conn {
     }
 }
 
-fn record(s: &mut LoadStats, intended: Instant, outcome: Outcome, con: &mut Option<MultiplexedConnection>) {
+fn record(
+    s: &mut LoadStats,
+    intended: Instant,
+    outcome: Outcome,
+    con: &mut Option<MultiplexedConnection>,
+) {
     let us = intended.elapsed().as_micros().clamp(1, 3_600_000_000) as u64;
     match outcome {
         Outcome::SetOk => s.sets_ok += 1,
@@ -265,10 +280,17 @@ fn record(s: &mut LoadStats, intended: Instant, outcome: Outcome, con: &mut Opti
     let _ = s.latency_us.record(us);
 }
 
-async fn op(mut con: MultiplexedConnection, ledger: Arc<Ledger>, k: usize, read: bool, intended: Instant) -> (Instant, Outcome) {
+async fn op(
+    mut con: MultiplexedConnection,
+    ledger: Arc<Ledger>,
+    k: usize,
+    read: bool,
+    intended: Instant,
+) -> (Instant, Outcome) {
     let key = Ledger::key_name(k);
     if read {
-        let r: redis::RedisResult<Option<Vec<u8>>> = redis::cmd("GET").arg(&key).query_async(&mut con).await;
+        let r: redis::RedisResult<Option<Vec<u8>>> =
+            redis::cmd("GET").arg(&key).query_async(&mut con).await;
         return match r {
             Ok(v) => {
                 let corrupted = ledger.decode(k, v.as_deref()) == ledger::Observed::Garbage;

@@ -13,7 +13,10 @@ pub fn require_tool(tool: &str, package: &str) {
     let found = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
         .unwrap_or(false);
-    assert!(found, "{tool} is missing: run `apt-get install {package}` (or scripts/deps)");
+    assert!(
+        found,
+        "{tool} is missing: run `apt-get install {package}` (or scripts/deps)"
+    );
 }
 
 pub fn require_file(path: &str, package: &str) {
