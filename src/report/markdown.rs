@@ -127,7 +127,7 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
     let i = &c.integrity;
     writeln!(
         w,
-        "**Integrity:** {} writes acknowledged; on read-back {} keys as expected, {} lost, {} corrupted, {} in doubt (in flight at a failure), {} resurrected.\n",
+        "**Integrity:** {} writes acknowledged; summed over the read-backs, {} keys as expected, {} lost, {} corrupted, {} in doubt (a write in flight at a failure; either value allowed), {} resurrected.\n",
         i.acknowledged, i.verified, i.lost, i.corrupted, i.in_doubt, i.resurrected
     )?;
     let m = &c.memory;

@@ -186,6 +186,9 @@ impl Ledger {
             }
             Observed::Absent => KeyVerdict::Lost,
         };
+        // A write in flight makes the key in doubt whichever allowed state
+        // was found: the count says how many writes a failure caught.
+        let verdict = if verdict == KeyVerdict::Ok && s > a { KeyVerdict::InDoubt } else { verdict };
         match (verdict, seen) {
             (KeyVerdict::Ok | KeyVerdict::InDoubt, Observed::Version(v)) => self.settle(k, v),
             (KeyVerdict::Ok, Observed::Absent) => self.settle(k, a),
@@ -261,6 +264,14 @@ mod tests {
         assert_eq!(l.judge(k, Observed::Version(v2)), KeyVerdict::InDoubt);
         // Settled at v2: the old value is now a loss.
         assert_eq!(l.judge(k, Observed::Version(v1)), KeyVerdict::Lost);
+        // In flight but not applied: still in doubt, and settled at the old value.
+        let k = 5;
+        let v1 = set_version(&l, k, 1);
+        while l.next_version(k) < v1 {}
+        l.ack(k, v1);
+        l.next_version(k);
+        assert_eq!(l.judge(k, Observed::Version(v1)), KeyVerdict::InDoubt);
+        assert_eq!(l.judge(k, Observed::Version(v1)), KeyVerdict::Ok);
         // An acknowledged DEL that came back.
         let k = 4;
         let s = set_version(&l, k, 1);
