@@ -188,7 +188,11 @@ impl Ledger {
         };
         // A write in flight makes the key in doubt whichever allowed state
         // was found: the count says how many writes a failure caught.
-        let verdict = if verdict == KeyVerdict::Ok && s > a { KeyVerdict::InDoubt } else { verdict };
+        let verdict = if verdict == KeyVerdict::Ok && s > a {
+            KeyVerdict::InDoubt
+        } else {
+            verdict
+        };
         match (verdict, seen) {
             (KeyVerdict::Ok | KeyVerdict::InDoubt, Observed::Version(v)) => self.settle(k, v),
             (KeyVerdict::Ok, Observed::Absent) => self.settle(k, a),
