@@ -71,6 +71,11 @@ async fn serve(args: NodeArgs) -> i32 {
         },
         None => None,
     };
+    // Handlers first: a SIGTERM right after "ready" must still flush.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .expect("SIGINT handler");
     let resp_addr = listener.local_addr().expect("bound socket has an address");
     println!(
         "soak-node ready: resp={resp_addr} metrics={} allocator={} rocksdb={}",
@@ -88,10 +93,6 @@ async fn serve(args: NodeArgs) -> i32 {
         port: resp_addr.port(),
     });
     let mut conns = JoinSet::new();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler");
-    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .expect("SIGINT handler");
     loop {
         tokio::select! {
             accepted = listener.accept() => {
