@@ -39,6 +39,13 @@ enum Command {
         /// Telemetry sampling interval (100ms to 60s).
         #[arg(long, default_value = "1s", value_parser = interval)]
         interval: Duration,
+        /// Run only the cells whose id matches: a glob (`allocator=je*`), or
+        /// without `*?[`, a part of the id (`storage=small`).
+        #[arg(long, value_name = "PATTERN")]
+        only: Option<String>,
+        /// Run shard I of N: cell j (in suite order) runs on shard j % N + 1.
+        #[arg(long, value_name = "I/N", value_parser = crate::suite::matrix::parse_shard)]
+        shard: Option<(usize, usize)>,
     },
     /// Check suites without running anything.
     Validate {
@@ -119,6 +126,8 @@ pub fn main() -> i32 {
             duration_scale,
             seed,
             interval,
+            only,
+            shard,
         } => {
             let opts = RunOptions {
                 suite,
@@ -126,6 +135,8 @@ pub fn main() -> i32 {
                 duration_scale,
                 seed,
                 interval,
+                only,
+                shard,
             };
             run_command(opts)
         }

@@ -10,7 +10,8 @@ use rand::Rng;
 use tokio::sync::watch;
 
 use crate::analysis;
-use crate::chaos::{Cell, CellError, Events};
+use crate::chaos::{Cell, CellError, Context, Events};
+use crate::driver::allocator;
 use crate::driver::cgroup::{self, Cgroup};
 use crate::driver::process::{Probe, ProcessNode, Spec};
 use crate::driver::DriverError;
@@ -18,10 +19,11 @@ use crate::exit;
 use crate::report::{
     self, CellResult, CheckResult, Latency, LoadSummary, MemorySummary, Summary, Verdict,
 };
-use crate::suite::{template, CountCheck, Severity, Suite, SuiteError};
-use crate::telemetry::{Sampler, Target};
+use crate::suite::checks::Series;
+use crate::suite::{matrix, template, CellDef, CountCheck, Severity, Suite, SuiteError};
+use crate::telemetry::{Sample, Sampler, Target};
 use crate::verify::Integrity;
-use crate::workload::{Engine, LoadConfig};
+use crate::workload::{Engine, LoadConfig, LoadStats};
 
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -31,6 +33,10 @@ pub struct RunOptions {
     pub seed: Option<u64>,
     /// Sampling interval of the telemetry.
     pub interval: Duration,
+    /// `--only`: run the cells whose id matches.
+    pub only: Option<String>,
+    /// `--shard I/N`.
+    pub shard: Option<(usize, usize)>,
 }
 
 /// A run that could not produce a verdict.
@@ -39,13 +45,15 @@ pub enum RunError {
     #[error("{0}")]
     Suite(#[from] SuiteError),
     #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
     Environment(String),
 }
 
 impl RunError {
     pub fn exit_code(&self) -> i32 {
         match self {
-            RunError::Suite(_) => exit::INVALID,
+            RunError::Suite(_) | RunError::Usage(_) => exit::INVALID,
             RunError::Environment(_) => exit::ENVIRONMENT,
         }
     }
@@ -76,22 +84,6 @@ pub fn find_soak_node() -> String {
     "soak-node".into()
 }
 
-fn check_count(name: &str, c: Option<CountCheck>, value: u64) -> Option<CheckResult> {
-    let c = c?;
-    let ok = value <= c.max;
-    Some(CheckResult {
-        name: name.into(),
-        verdict: match (ok, c.severity) {
-            (true, _) => Verdict::Pass,
-            (false, Severity::Fail) => Verdict::Fail,
-            (false, Severity::Warn) => Verdict::Warn,
-        },
-        value: value.into(),
-        limit: c.max.into(),
-        unit: "count".into(),
-    })
-}
-
 static RUN_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// The id of the run this process is running, once it has one.
@@ -104,6 +96,26 @@ pub fn new_run_id() -> String {
     format!("{:06x}", rand::rng().random::<u32>() & 0xFF_FFFF)
 }
 
+/// The cells this invocation runs, after `--only` and `--shard`.
+pub fn select_cells(suite: &Suite, opts: &RunOptions) -> Result<Vec<CellDef>, RunError> {
+    let mut cells = suite.cells();
+    let all = cells.len();
+    if let Some(p) = &opts.only {
+        cells = matrix::only(cells, p);
+        if cells.is_empty() {
+            let ids: Vec<String> = suite.cells().into_iter().map(|c| c.id).collect();
+            return Err(RunError::Usage(format!(
+                "--only {p:?} matches none of the {all} cells: {}",
+                ids.join(" ")
+            )));
+        }
+    }
+    if let Some((i, n)) = opts.shard {
+        cells = matrix::shard(cells, i, n);
+    }
+    Ok(cells)
+}
+
 /// Runs a whole suite. `interrupt` turns true when the user asks to stop:
 /// the run then stops its phases, cleans up and still writes the report.
 pub async fn run(
@@ -111,6 +123,7 @@ pub async fn run(
     interrupt: watch::Receiver<bool>,
 ) -> Result<(Summary, PathBuf), RunError> {
     let suite = Suite::load(&opts.suite)?;
+    let cells = select_cells(&suite, opts)?;
     let run_id = RUN_ID.get_or_init(new_run_id).clone();
     let started = chrono::Utc::now();
     let dir = opts
@@ -122,42 +135,69 @@ pub async fn run(
     let origin = tokio::time::Instant::now();
     let seed = opts.seed.unwrap_or_else(|| rand::rng().random());
     eprintln!(
-        "soak: running {} ({}), report in {}",
+        "soak: running {} ({}, {} cell{}, seed {seed}), report in {}",
         suite.name,
         opts.suite.display(),
+        cells.len(),
+        if cells.len() == 1 { "" } else { "s" },
         dir.display()
     );
 
-    let cell = run_cell(&suite, opts, &run_id, "default", 0, &dir, seed, interrupt).await;
-    let (cell, chart) = match cell {
-        Ok(c) => c,
-        Err(e) => {
-            // An environment failure before the cell ran: still leave a report.
-            let summary = summary_of(
-                &suite,
-                opts,
-                &run_id,
-                started,
-                origin,
-                vec![error_cell("default", &e)],
-            );
-            let _ = report::write_all(&dir, &summary, &BTreeMap::new());
-            return Err(e);
-        }
-    };
+    let mut results = vec![];
     let mut charts = BTreeMap::new();
-    charts.insert(cell.id.clone(), chart);
-    let summary = summary_of(&suite, opts, &run_id, started, origin, vec![cell]);
+    let mut env_error = None;
+    for (index, cell) in cells.iter().enumerate() {
+        if *interrupt.borrow() {
+            break;
+        }
+        match run_cell(
+            &suite,
+            opts,
+            &run_id,
+            cell,
+            index,
+            &dir,
+            seed,
+            interrupt.clone(),
+        )
+        .await
+        {
+            Ok((result, chart)) => {
+                charts.insert(result.id.clone(), chart);
+                results.push(result);
+            }
+            Err(e) => {
+                results.push(error_cell(cell, &e));
+                env_error.get_or_insert(e);
+            }
+        }
+        // Partial results survive a crash of soak itself.
+        let summary = summary_of(
+            &suite,
+            opts,
+            &run_id,
+            seed,
+            started,
+            origin,
+            results.clone(),
+        );
+        let _ = report::write_all(&dir, &summary, &charts);
+    }
+    let summary = summary_of(&suite, opts, &run_id, seed, started, origin, results);
     report::write_all(&dir, &summary, &charts).map_err(|e| {
         RunError::Environment(format!("cannot write the report in {}: {e}", dir.display()))
     })?;
+    // One cell, and it never got going: that is the environment's failure.
+    if let (Some(e), 1) = (env_error, summary.cells.len()) {
+        return Err(e);
+    }
     Ok((summary, dir))
 }
 
-fn error_cell(id: &str, e: &RunError) -> CellResult {
+fn error_cell(cell: &CellDef, e: &RunError) -> CellResult {
     CellResult {
-        id: id.into(),
-        params: BTreeMap::new(),
+        id: cell.id.clone(),
+        params: cell.params_map(),
         verdict: Verdict::Error,
         error: Some(e.to_string()),
         checks: vec![],
@@ -167,6 +207,9 @@ fn error_cell(id: &str, e: &RunError) -> CellResult {
         load: None,
         phases: vec![],
         files: BTreeMap::new(),
+        seed: None,
+        allocator: None,
+        chaos: vec![],
     }
 }
 
@@ -174,6 +217,7 @@ fn summary_of(
     suite: &Suite,
     opts: &RunOptions,
     run_id: &str,
+    seed: u64,
     started: chrono::DateTime<chrono::Utc>,
     origin: tokio::time::Instant,
     cells: Vec<CellResult>,
@@ -191,6 +235,8 @@ fn summary_of(
         description: suite.description.clone(),
         verdict,
         run_id: run_id.into(),
+        seed,
+        shard: opts.shard.map(|(i, n)| format!("{i}/{n}")),
         started_at: started.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         duration_s: origin.elapsed().as_secs_f64(),
         suite_file: opts.suite.display().to_string(),
@@ -203,27 +249,42 @@ fn render(text: &str, vars: &BTreeMap<String, String>) -> Result<String, RunErro
     template::render(text, vars).map_err(RunError::Environment)
 }
 
+/// A folder-safe name for a cell id.
+fn folder(id: &str) -> String {
+    id.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "=,.-_".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn run_cell(
     suite: &Suite,
     opts: &RunOptions,
     run_id: &str,
-    id: &str,
+    def: &CellDef,
     index: usize,
     run_dir: &Path,
     seed: u64,
     interrupt: watch::Receiver<bool>,
 ) -> Result<(CellResult, Vec<(f64, u64)>), RunError> {
+    let id = def.id.as_str();
     let env_err = |what: &str, e: std::io::Error| RunError::Environment(format!("{what}: {e}"));
-    let cell_dir = run_dir.join("cells").join(id);
-    let data_dir = cell_dir.join("data");
-    std::fs::create_dir_all(&data_dir).map_err(|e| env_err("cannot create the cell folder", e))?;
+    let rel_dir = format!("cells/{}", folder(id));
+    let cell_dir = run_dir.join(&rel_dir);
+    std::fs::create_dir_all(cell_dir.join("data"))
+        .map_err(|e| env_err("cannot create the cell folder", e))?;
     let cell_dir = cell_dir
         .canonicalize()
         .map_err(|e| env_err("cell folder", e))?;
     let data_dir = cell_dir.join("data");
 
-    let mut vars = BTreeMap::new();
+    let mut vars = def.variables();
     vars.insert(
         "PORT".to_string(),
         free_port()
@@ -252,6 +313,31 @@ async fn run_cell(
         .iter()
         .map(|(k, v)| Ok((k.clone(), render(v, &vars)?)))
         .collect::<Result<_, RunError>>()?;
+    // The allocator: the matrix's, else the node's, else whatever the node links.
+    let profile = def.allocator().or(suite.node.allocator.as_ref()).cloned();
+    let library = match &profile {
+        Some(p) => p.find_library().map_err(RunError::Environment)?,
+        None => None,
+    };
+    if let Some(p) = &profile {
+        env.extend(p.environment(library.as_deref()));
+    }
+    let allocator_text = profile.as_ref().map(|p| {
+        let version = library
+            .as_deref()
+            .and_then(allocator::library_version)
+            .or_else(|| {
+                (p.kind == allocator::Kind::Glibc)
+                    .then(|| {
+                        allocator::library_version(Path::new("/lib/x86_64-linux-gnu/libc.so.6"))
+                    })
+                    .flatten()
+            });
+        match version {
+            Some(v) => format!("{} ({v})", p.name),
+            None => p.name.clone(),
+        }
+    });
     // The label `soak cleanup` finds the node's processes by.
     env.push(("SOAK_RUN_ID".into(), run_id.into()));
     let probe = match (&suite.node.ready.resp, &suite.node.ready.tcp) {
@@ -259,7 +345,6 @@ async fn run_cell(
         (_, Some(t)) => Probe::Tcp(render(t, &vars)?),
         _ => unreachable!("validated: one probe"),
     };
-    let log = cell_dir.join("node.log");
     let spec = Spec {
         argv,
         env,
@@ -267,27 +352,21 @@ async fn run_cell(
         ready_timeout: suite.node.ready.timeout.0,
         stop_signal: suite.node.stop.signal.0,
         grace: suite.node.stop.grace.0,
-        log: log.clone(),
+        log: cell_dir.join("node.log"),
     };
 
     // The cgroup: required for a memory limit; otherwise used when it can be.
     let memory_limit = suite.limits.memory.map(|s| s.0);
     let cgroup_name = format!("{}{run_id}-{index}", cgroup::PREFIX);
-    let cg = match cgroup::detect() {
-        Ok(h) => match Cgroup::create(
+    let cg = match cgroup::detect().and_then(|h| {
+        Cgroup::create(
             &h,
             &cgroup_name,
             memory_limit,
             suite.limits.swap.map(|s| s.0),
-        ) {
-            Ok(cg) => Some(cg),
-            Err(e) if memory_limit.is_some() => {
-                return Err(RunError::Environment(format!(
-                    "limits.memory needs a cgroup: {e}"
-                )))
-            }
-            Err(_) => None,
-        },
+        )
+    }) {
+        Ok(cg) => Some(cg),
         Err(e) if memory_limit.is_some() => {
             return Err(RunError::Environment(format!(
                 "limits.memory needs a cgroup: {e}"
@@ -304,7 +383,8 @@ async fn run_cell(
     events.emit(
         "cell",
         format!(
-            "seed {seed}, cgroup {}",
+            "seed {seed}, allocator {}, cgroup {}",
+            allocator_text.as_deref().unwrap_or("as linked"),
             cg_view
                 .as_ref()
                 .map(|c| c.path.display().to_string())
@@ -315,6 +395,7 @@ async fn run_cell(
         pid: Arc::new(AtomicI32::new(0)),
         segment: Arc::new(AtomicU32::new(0)),
         cgroup: cg_view.clone(),
+        data_dir: Some(data_dir.clone()),
     };
     let mut engine = match &suite.workload {
         Some(w) => Some(Engine::new(LoadConfig {
@@ -335,6 +416,13 @@ async fn run_cell(
         .as_ref()
         .map(|e| e.cfg.target.clone())
         .unwrap_or_default();
+    let ctx = Context {
+        dir: cell_dir.clone(),
+        vars,
+        run_id: run_id.into(),
+        seed,
+        scale: opts.duration_scale,
+    };
 
     let sampler = Sampler::start(
         target.clone(),
@@ -350,17 +438,33 @@ async fn run_cell(
         &mut events,
         verify_target,
         interrupt,
+        ctx,
     );
-    let outcome = match cell.first_start().await {
-        Ok(()) => cell.run_phases(&suite.phases, opts.duration_scale).await,
-        Err(e) => Err(e),
-    };
+    let mut outcome = cell.first_start().await;
+    if outcome.is_ok() {
+        if let (Some(p), Some(pid)) = (&profile, cell.node.pid()) {
+            outcome =
+                allocator::prove_loaded(pid, p.kind, library.as_deref()).map_err(CellError::Setup);
+            if outcome.is_ok() {
+                cell.events.emit(
+                    "allocator",
+                    format!(
+                        "{} is loaded in pid {pid}",
+                        allocator_text.as_deref().unwrap_or_default()
+                    ),
+                );
+            }
+        }
+    }
+    if outcome.is_ok() {
+        outcome = cell.run_phases(&suite.phases).await;
+    }
     cell.finish().await;
-    let (restarts, integrity_found, phases) = (
-        std::mem::take(&mut cell.restarts),
-        cell.integrity,
-        std::mem::take(&mut cell.phases),
-    );
+    let restarts = std::mem::take(&mut cell.restarts);
+    let phases = std::mem::take(&mut cell.phases);
+    let execs = std::mem::take(&mut cell.execs);
+    let chaos = std::mem::take(&mut cell.chaos);
+    let integrity_found = cell.integrity;
     drop(cell);
     let samples = sampler.stop().await;
     let oom_kills = cg_view.as_ref().map(|c| c.oom_kills()).unwrap_or(0);
@@ -399,58 +503,28 @@ async fn run_cell(
         cgroup_slope_bytes_per_hour: analysis::growth_per_hour(&samples, |s| s.cgroup, warmup),
         oom_kills,
         samples: samples.len(),
+        peak_disk_bytes: samples.iter().map(|s| s.disk).max().unwrap_or(0),
     };
+    let crashes = restarts.iter().filter(|r| r.reason == "crash").count() as u64;
+    let max_restart_ms = restarts.iter().map(|r| r.ready_after_ms).max();
+    let checks = evaluate(
+        suite,
+        &integrity,
+        &memory,
+        crashes,
+        max_restart_ms,
+        load.as_ref(),
+        &samples,
+        &execs,
+    );
 
-    let c = &suite.checks;
-    let mut checks: Vec<CheckResult> = [
-        check_count(
-            "lost_writes",
-            c.lost_writes,
-            integrity.lost + integrity.resurrected,
-        ),
-        check_count("corrupted_writes", c.corrupted_writes, integrity.corrupted),
-        check_count("oom_kills", c.oom_kills, oom_kills),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    if let Some(g) = &c.memory_growth {
-        let slope = match g.series {
-            crate::suite::Series::Rss => memory.slope_bytes_per_hour,
-            crate::suite::Series::Cgroup => memory.cgroup_slope_bytes_per_hour,
-        };
-        let verdict = match slope {
-            Some(s) if s > g.max.0 => match g.severity {
-                Severity::Fail => Verdict::Fail,
-                Severity::Warn => Verdict::Warn,
-            },
-            _ => Verdict::Pass,
-        };
-        checks.push(CheckResult {
-            name: format!(
-                "memory_growth ({})",
-                serde_json::to_value(g.series)
-                    .ok()
-                    .and_then(|v| v.as_str().map(String::from))
-                    .unwrap_or_default()
-            ),
-            verdict,
-            value: slope
-                .map(serde_json::Value::from)
-                .unwrap_or(serde_json::Value::Null),
-            limit: g.max.0.into(),
-            unit: "bytes/h".into(),
-        });
-    }
-
-    let error = match &outcome {
-        Err(e) => Some(e.to_string()),
-        Ok(()) => None,
-    };
+    let error = outcome.as_ref().err().map(|e| e.to_string());
     let verdict = if error.is_some() {
         Verdict::Error
     } else if checks.iter().any(|c| c.verdict == Verdict::Fail) {
         Verdict::Fail
+    } else if checks.iter().any(|c| c.verdict == Verdict::Warn) {
+        Verdict::Warn
     } else {
         Verdict::Pass
     };
@@ -464,11 +538,7 @@ async fn run_cell(
         errors: l.errors,
         unavailable: l.unavailable,
         corrupted_reads: l.corrupted_reads,
-        ops_per_s: if l.active_s > 0.0 {
-            l.ops_ok() as f64 / l.active_s
-        } else {
-            0.0
-        },
+        ops_per_s: l.ops_per_s(),
         latency_us: Latency {
             p50: l.latency_us.value_at_quantile(0.5),
             p90: l.latency_us.value_at_quantile(0.9),
@@ -477,16 +547,18 @@ async fn run_cell(
             max: l.latency_us.max(),
         },
     });
-    let rel = |name: &str| format!("cells/{id}/{name}");
-    let files = ["node.log", "samples.csv", "events.jsonl"]
+    let mut files: BTreeMap<String, String> = ["node.log", "samples.csv", "events.jsonl"]
         .iter()
-        .map(|f| (f.to_string(), rel(f)))
+        .map(|f| (f.to_string(), format!("{rel_dir}/{f}")))
         .collect();
+    for e in &execs {
+        files.insert(e.log.clone(), format!("{rel_dir}/{}", e.log));
+    }
     let chart = samples.iter().map(|s| (s.t, s.rss)).collect();
     Ok((
         CellResult {
             id: id.into(),
-            params: BTreeMap::new(),
+            params: def.params_map(),
             verdict,
             error,
             checks,
@@ -496,7 +568,161 @@ async fn run_cell(
             load,
             phases,
             files,
+            seed: Some(seed),
+            allocator: allocator_text,
+            chaos: chaos
+                .into_iter()
+                .map(|(s, p)| report::ChaosRecord {
+                    seed: s,
+                    at_s: p.at.as_secs_f64(),
+                    action: p.action,
+                })
+                .collect(),
         },
         chart,
     ))
+}
+
+fn verdict_of(ok: bool, severity: Severity) -> Verdict {
+    match (ok, severity) {
+        (true, _) => Verdict::Pass,
+        (false, Severity::Fail) => Verdict::Fail,
+        (false, Severity::Warn) => Verdict::Warn,
+    }
+}
+
+fn check_count(name: &str, c: Option<CountCheck>, value: u64) -> Option<CheckResult> {
+    let c = c?;
+    Some(CheckResult {
+        name: name.into(),
+        verdict: verdict_of(value <= c.max, c.severity),
+        value: value.into(),
+        limit: c.max.into(),
+        unit: "count".into(),
+    })
+}
+
+fn series_name(s: Series) -> &'static str {
+    match s {
+        Series::Rss => "rss",
+        Series::Cgroup => "cgroup",
+    }
+}
+
+/// Every check of the suite against what the cell measured.
+#[allow(clippy::too_many_arguments)]
+fn evaluate(
+    suite: &Suite,
+    integrity: &Integrity,
+    memory: &MemorySummary,
+    crashes: u64,
+    max_restart_ms: Option<u64>,
+    load: Option<&LoadStats>,
+    samples: &[Sample],
+    execs: &[crate::chaos::ExecResult],
+) -> Vec<CheckResult> {
+    let c = &suite.checks;
+    let mut out: Vec<CheckResult> = [
+        check_count(
+            "lost_writes",
+            c.lost_writes,
+            integrity.lost + integrity.resurrected,
+        ),
+        check_count("corrupted_writes", c.corrupted_writes, integrity.corrupted),
+        check_count("oom_kills", c.oom_kills, memory.oom_kills),
+        check_count("crashes", c.crashes, crashes),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let opt = |v: Option<f64>| {
+        v.map(serde_json::Value::from)
+            .unwrap_or(serde_json::Value::Null)
+    };
+    if let Some(g) = &c.memory_growth {
+        let slope = match g.series {
+            Series::Rss => memory.slope_bytes_per_hour,
+            Series::Cgroup => memory.cgroup_slope_bytes_per_hour,
+        };
+        out.push(CheckResult {
+            name: format!("memory_growth ({})", series_name(g.series)),
+            verdict: verdict_of(slope.is_none_or(|s| s <= g.max.0), g.severity),
+            value: opt(slope),
+            limit: g.max.0.into(),
+            unit: "bytes/h".into(),
+        });
+    }
+    if let Some(p) = &c.peak_memory {
+        let peak = match p.series {
+            Series::Rss => memory.peak_rss_bytes,
+            Series::Cgroup => memory.peak_cgroup_bytes,
+        };
+        out.push(CheckResult {
+            name: format!("peak_memory ({})", series_name(p.series)),
+            verdict: verdict_of(peak <= p.max.0, p.severity),
+            value: peak.into(),
+            limit: p.max.0.into(),
+            unit: "bytes".into(),
+        });
+    }
+    if let Some(d) = &c.disk {
+        let peak = samples.iter().map(|s| s.disk).max().unwrap_or(0);
+        out.push(CheckResult {
+            name: "disk".into(),
+            verdict: verdict_of(peak <= d.max.0, d.severity),
+            value: peak.into(),
+            limit: d.max.0.into(),
+            unit: "bytes".into(),
+        });
+    }
+    if let (Some(t), Some(l)) = (&c.throughput, load) {
+        let rate = l.ops_per_s();
+        out.push(CheckResult {
+            name: "throughput".into(),
+            verdict: verdict_of(rate >= t.min.0, t.severity),
+            value: rate.into(),
+            limit: t.min.0.into(),
+            unit: "ops/s".into(),
+        });
+    }
+    if let (Some(t), Some(l)) = (&c.latency, load) {
+        let us = l.latency_us.value_at_quantile(t.percentile / 100.0);
+        let limit_us = t.max.0.as_micros() as u64;
+        out.push(CheckResult {
+            name: format!("latency (p{})", t.percentile),
+            verdict: verdict_of(!l.latency_us.is_empty() && us <= limit_us, t.severity),
+            value: (us as f64 / 1000.0).into(),
+            limit: (limit_us as f64 / 1000.0).into(),
+            unit: "ms".into(),
+        });
+    }
+    if let Some(r) = &c.restart_time {
+        let limit = r.max.0.as_millis() as u64;
+        out.push(CheckResult {
+            name: "restart_time".into(),
+            verdict: verdict_of(max_restart_ms.is_none_or(|m| m <= limit), r.severity),
+            value: max_restart_ms
+                .map(serde_json::Value::from)
+                .unwrap_or(serde_json::Value::Null),
+            limit: limit.into(),
+            unit: "ms".into(),
+        });
+    }
+    for (i, e) in execs.iter().enumerate() {
+        out.push(CheckResult {
+            name: format!("exec[{}] {}", i + 1, e.command),
+            verdict: if e.code == Some(e.expected) {
+                Verdict::Pass
+            } else {
+                Verdict::Fail
+            },
+            value: e
+                .code
+                .map(serde_json::Value::from)
+                .unwrap_or(serde_json::Value::Null),
+            limit: e.expected.into(),
+            unit: "exit code".into(),
+        });
+    }
+    out
 }

@@ -109,6 +109,7 @@ mod tests {
                 cgroup: 0,
                 cgroup_anon: 0,
                 cgroup_file: 0,
+                disk: 0,
             })
             .collect();
         let g = growth_per_hour(&samples, |s| s.rss, 0.0).unwrap();

@@ -2,10 +2,15 @@
 //! deaths soak did not cause (OOM kills, crashes) and restarts the node after
 //! them as a supervisor would, and records what happened.
 
+pub mod schedule;
+
+use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
+
+use nix::sys::signal::Signal;
 
 use serde::Serialize;
 use tokio::sync::watch;
@@ -14,7 +19,7 @@ use tokio::time::Instant;
 use crate::driver::process::{describe, Death, ProcessNode};
 use crate::driver::DriverError;
 use crate::report::{PhaseRecord, Restart};
-use crate::suite::Phase;
+use crate::suite::{template, Action, ChaosSpec, ExecSpec, Phase};
 use crate::telemetry::Target;
 use crate::verify::{self, Integrity};
 use crate::workload::Engine;
@@ -81,6 +86,29 @@ pub enum CellError {
     Interrupted,
     #[error("the node died {0} times without soak causing it; giving up")]
     CrashLoop(usize),
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// What the phases need besides the node: the cell's folder, its template
+/// variables, the seed and the duration scale.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub dir: PathBuf,
+    pub vars: BTreeMap<String, String>,
+    pub run_id: String,
+    pub seed: u64,
+    pub scale: f64,
+}
+
+/// The outcome of one `exec` phase, for its check.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExecResult {
+    pub command: String,
+    pub expected: i32,
+    /// The exit code, or `None` when it timed out or died by a signal.
+    pub code: Option<i32>,
+    pub log: String,
 }
 
 /// What the phase engine works on, and what it records.
@@ -91,11 +119,16 @@ pub struct Cell<'a> {
     pub events: &'a mut Events,
     pub verify_target: String,
     pub interrupt: watch::Receiver<bool>,
+    pub ctx: Context,
     pub restarts: Vec<Restart>,
     pub integrity: Integrity,
     pub phases: Vec<PhaseRecord>,
+    pub execs: Vec<ExecResult>,
+    /// Chaos actions as planned and done: (phase seed, offset, action).
+    pub chaos: Vec<(u64, schedule::Planned)>,
     /// Why the node is down, when soak took it down (for the next restart).
     down_reason: Option<(&'static str, f64, String)>,
+    phase_counter: u64,
 }
 
 impl<'a> Cell<'a> {
@@ -106,6 +139,7 @@ impl<'a> Cell<'a> {
         events: &'a mut Events,
         verify_target: String,
         interrupt: watch::Receiver<bool>,
+        ctx: Context,
     ) -> Cell<'a> {
         Cell {
             node,
@@ -114,10 +148,14 @@ impl<'a> Cell<'a> {
             events,
             verify_target,
             interrupt,
+            ctx,
             restarts: vec![],
             integrity: Integrity::default(),
             phases: vec![],
+            execs: vec![],
+            chaos: vec![],
             down_reason: None,
+            phase_counter: 0,
         }
     }
 
@@ -219,8 +257,191 @@ impl<'a> Cell<'a> {
         }
     }
 
-    pub async fn run_phase(&mut self, phase: &Phase, scale: f64) -> Result<String, CellError> {
+    async fn kill(&mut self, sig: Signal) -> Result<String, CellError> {
+        self.supervise().await?;
+        let at = self.events.t();
+        let status = self.node.kill(sig).await?;
+        self.set_up(false);
+        self.events
+            .emit("killed", format!("{} ({})", sig.as_str(), describe(status)));
+        self.down_reason = Some(("chaos", at, format!("{} from soak", sig.as_str())));
+        Ok(format!("killed: {}", describe(status)))
+    }
+
+    async fn stop(&mut self) -> Result<String, CellError> {
+        self.supervise().await?;
+        let at = self.events.t();
+        let status = self.node.stop().await?;
+        self.set_up(false);
+        let how = describe(status);
+        self.events.emit("stopped", how.clone());
+        self.down_reason = Some(("chaos", at, format!("graceful stop, {how}")));
+        Ok(format!("stopped: {how}"))
+    }
+
+    /// SIGSTOP for `d`, then SIGCONT, whatever happens in between.
+    async fn pause_node(&mut self, d: Duration) -> Result<String, CellError> {
+        self.supervise().await?;
+        self.node.signal(Signal::SIGSTOP)?;
+        self.events.emit(
+            "paused",
+            format!("SIGSTOP for {}", crate::report::human_duration(d)),
+        );
+        let held = self.hold(d).await;
+        let _ = self.node.signal(Signal::SIGCONT);
+        self.events.emit("resumed", "SIGCONT");
+        held?;
+        Ok("paused and resumed".into())
+    }
+
+    async fn verify(&mut self) -> Result<String, CellError> {
+        self.pause_load().await;
+        self.supervise().await?;
+        let Some(engine) = self.engine.as_deref() else {
+            return Ok("nothing to verify".into());
+        };
+        self.events
+            .emit("verify", "reading back every key the ledger knows");
+        let timeout = engine.cfg.timeout;
+        let mut last_shown = 0;
+        let found = verify::online(&self.verify_target, &engine.ledger, timeout, |done, all| {
+            if all > 0 && done < all && done > last_shown {
+                last_shown = done;
+                eprintln!("           verify: {done}/{all} keys");
+            }
+        })
+        .await?;
+        self.integrity.add(&found);
+        let text = format!(
+            "{} as expected, {} lost, {} corrupted, {} in doubt, {} resurrected",
+            found.verified, found.lost, found.corrupted, found.in_doubt, found.resurrected
+        );
+        self.events.emit("verified", text.clone());
+        Ok(text)
+    }
+
+    async fn exec(&mut self, e: &ExecSpec) -> Result<String, CellError> {
+        let argv = e
+            .command
+            .iter()
+            .map(|a| template::render(a, &self.ctx.vars))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(CellError::Setup)?;
+        let n = self.execs.len() + 1;
+        let log_name = format!("exec-{n}.log");
+        let log = std::fs::File::create(self.ctx.dir.join(&log_name))
+            .map_err(|e| CellError::Setup(format!("cannot create {log_name}: {e}")))?;
+        let out = log
+            .try_clone()
+            .map_err(|e| CellError::Setup(e.to_string()))?;
+        let shown = argv.join(" ");
+        self.events.emit("exec", shown.clone());
+        let mut cmd = tokio::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .env("SOAK_RUN_ID", &self.ctx.run_id)
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(log)
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = cmd
+            .spawn()
+            .map_err(|err| CellError::Setup(format!("exec `{}`: {err}", argv[0])))?;
+        let code = match tokio::time::timeout(e.timeout, child.wait()).await {
+            Ok(Ok(st)) => st.code(),
+            _ => {
+                if let Some(pid) = child.id() {
+                    let _ = nix::sys::signal::killpg(
+                        nix::unistd::Pid::from_raw(pid as i32),
+                        Signal::SIGKILL,
+                    );
+                }
+                let _ = child.wait().await;
+                None
+            }
+        };
+        let text = match code {
+            Some(c) if c == e.expect => format!("exit code {c} as expected"),
+            Some(c) => format!("exit code {c}, expected {}; see {log_name}", e.expect),
+            None => format!(
+                "timed out after {} or died by a signal; see {log_name}",
+                crate::report::human_duration(e.timeout)
+            ),
+        };
+        self.events.emit("exec-done", text.clone());
+        self.execs.push(ExecResult {
+            command: shown,
+            expected: e.expect,
+            code,
+            log: log_name,
+        });
+        Ok(text)
+    }
+
+    async fn chaos(&mut self, c: &ChaosSpec) -> Result<String, CellError> {
+        let seed = c
+            .seed
+            .unwrap_or_else(|| crate::workload::ledger::mix64(self.ctx.seed ^ self.phase_counter));
+        let plan = schedule::plan(c, seed, self.ctx.scale);
+        self.events.emit(
+            "chaos",
+            format!("seed {seed}: {} actions planned", plan.len()),
+        );
+        if let Some(e) = self.engine.as_deref_mut() {
+            e.resume();
+        }
+        let start = Instant::now();
+        for p in &plan {
+            let now = start.elapsed();
+            if p.at > now {
+                self.hold(p.at - now).await?;
+            }
+            self.events.emit(
+                "chaos-action",
+                format!("{:?} at +{:.3}s", p.action, p.at.as_secs_f64()),
+            );
+            self.chaos.push((seed, *p));
+            match p.action {
+                Action::Kill => {
+                    self.kill(c.signal.0).await?;
+                    self.start().await?;
+                }
+                Action::Pause => {
+                    self.pause_node(c.pause.mul_f64(self.ctx.scale)).await?;
+                }
+                Action::Restart => {
+                    self.stop().await?;
+                    self.start().await?;
+                }
+            }
+        }
+        let during = c.during.mul_f64(self.ctx.scale);
+        let now = start.elapsed();
+        if during > now {
+            self.hold(during - now).await?;
+        }
+        Ok(format!("seed {seed}, {} actions", plan.len()))
+    }
+
+    pub async fn run_phase(&mut self, phase: &Phase) -> Result<String, CellError> {
+        let scale = self.ctx.scale;
+        self.phase_counter += 1;
         match phase {
+            Phase::Load => {
+                self.supervise().await?;
+                let Some(e) = self.engine.as_deref_mut() else {
+                    return Ok("no workload".into());
+                };
+                e.pause().await;
+                let (keys, took) = e.fill().await;
+                let rate = keys as f64 / took.as_secs_f64().max(1e-9);
+                let text = format!(
+                    "{keys} keys written in {:.1} s ({rate:.0} keys/s)",
+                    took.as_secs_f64()
+                );
+                self.events.emit("loaded", text.clone());
+                Ok(text)
+            }
             Phase::Run(d) => {
                 if let Some(e) = self.engine.as_deref_mut() {
                     e.resume();
@@ -228,16 +449,12 @@ impl<'a> Cell<'a> {
                 self.hold(d.mul_f64(scale)).await?;
                 Ok("load applied".into())
             }
-            Phase::Kill(sig) => {
-                self.supervise().await?;
-                let at = self.events.t();
-                let status = self.node.kill(sig.0).await?;
-                self.set_up(false);
-                self.events
-                    .emit("killed", format!("{} ({})", sig, describe(status)));
-                self.down_reason = Some(("chaos", at, format!("{sig} from soak")));
-                Ok(format!("killed: {}", describe(status)))
+            Phase::Wait(d) => {
+                self.pause_load().await;
+                self.hold(d.mul_f64(scale)).await?;
+                Ok("waited".into())
             }
+            Phase::Kill(sig) => self.kill(sig.0).await,
             Phase::Start => {
                 self.start().await?;
                 Ok(format!(
@@ -247,50 +464,50 @@ impl<'a> Cell<'a> {
             }
             Phase::Stop => {
                 self.pause_load().await;
-                self.supervise().await?;
-                let at = self.events.t();
-                let status = self.node.stop().await?;
-                self.set_up(false);
-                let how = describe(status);
-                self.events.emit("stopped", how.clone());
-                self.down_reason = Some(("chaos", at, format!("graceful stop, {how}")));
-                Ok(format!("stopped: {how}"))
+                self.stop().await
             }
-            Phase::Verify => {
-                self.pause_load().await;
-                self.supervise().await?;
-                let Some(engine) = self.engine.as_deref() else {
-                    return Ok("nothing to verify".into());
+            Phase::Restart => {
+                let stopped = self.stop().await?;
+                self.start().await?;
+                Ok(format!(
+                    "{stopped}; ready after {} ms",
+                    self.restarts.last().map(|r| r.ready_after_ms).unwrap_or(0)
+                ))
+            }
+            Phase::Pause(d) => self.pause_node(d.mul_f64(scale)).await,
+            Phase::Exec(e) => self.exec(e).await,
+            Phase::Limit(size) => {
+                let Some(cg) = &self.node.cgroup else {
+                    return Err(CellError::Setup(
+                        "`limit` needs the node's cgroup, and it has none".into(),
+                    ));
                 };
-                let events = &mut *self.events;
-                events.emit("verify", "reading back every key the ledger knows");
-                let timeout = engine.cfg.timeout;
-                let mut last_shown = 0;
-                let found =
-                    verify::online(&self.verify_target, &engine.ledger, timeout, |done, all| {
-                        if all > 0 && done < all && done > last_shown {
-                            last_shown = done;
-                            eprintln!("           verify: {done}/{all} keys");
-                        }
-                    })
-                    .await?;
-                self.integrity.add(&found);
-                let text = format!(
-                    "{} as expected, {} lost, {} corrupted, {} in doubt, {} resurrected",
-                    found.verified, found.lost, found.corrupted, found.in_doubt, found.resurrected
+                cg.set_memory_limit(size.0)
+                    .map_err(|e| CellError::Setup(e.to_string()))?;
+                self.events.emit(
+                    "limit",
+                    format!("memory limit now {}", crate::units::Bytes(size.0)),
                 );
-                self.events.emit("verified", text.clone());
-                Ok(text)
+                Ok(format!("memory limit {}", crate::units::Bytes(size.0)))
             }
+            Phase::Verify => self.verify().await,
+            Phase::Repeat { times, phases } => {
+                for i in 0..*times {
+                    self.events.emit("repeat", format!("{}/{times}", i + 1));
+                    Box::pin(self.run_phases(phases)).await?;
+                }
+                Ok(format!("{times} times"))
+            }
+            Phase::Chaos(c) => self.chaos(c).await,
         }
     }
 
     /// Runs every phase, recording each; an error ends the cell.
-    pub async fn run_phases(&mut self, phases: &[Phase], scale: f64) -> Result<(), CellError> {
+    pub async fn run_phases(&mut self, phases: &[Phase]) -> Result<(), CellError> {
         for p in phases {
             let start = self.events.t();
             self.events.emit("phase", p.to_string());
-            let outcome = self.run_phase(p, scale).await;
+            let outcome = self.run_phase(p).await;
             let text = match &outcome {
                 Ok(t) => t.clone(),
                 Err(e) => format!("error: {e}"),

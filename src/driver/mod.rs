@@ -1,6 +1,7 @@
 //! Drivers run a node's life: start, readiness, signals, stop, and where its
 //! memory can be read. `process` runs a local process tree in a cgroup.
 
+pub mod allocator;
 pub mod cgroup;
 pub mod process;
 

@@ -47,9 +47,14 @@ pub fn write(
     }
     writeln!(
         w,
-        "Run `{}` of `{}`, started {}, took {}; soak {}.\n",
+        "Run `{}` of `{}`{} (seed {}), started {}, took {}; soak {}.\n",
         s.run_id,
         s.suite_file,
+        s.shard
+            .as_ref()
+            .map(|x| format!(", shard {x}"))
+            .unwrap_or_default(),
+        s.seed,
         s.started_at,
         super::human_duration(std::time::Duration::from_secs_f64(s.duration_s)),
         s.soak_version
@@ -107,6 +112,17 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
         let p: Vec<String> = c.params.iter().map(|(k, v)| format!("`{k}={v}`")).collect();
         writeln!(w, "Parameters: {}\n", p.join(", "))?;
     }
+    if let Some(a) = &c.allocator {
+        writeln!(w, "Allocator: {a}\n")?;
+    }
+    if !c.chaos.is_empty() {
+        let acts: Vec<String> = c
+            .chaos
+            .iter()
+            .map(|x| format!("{:?} +{:.1}s", x.action, x.at_s).to_lowercase())
+            .collect();
+        writeln!(w, "Chaos (seed {}): {}\n", c.chaos[0].seed, acts.join(", "))?;
+    }
     if !c.checks.is_empty() {
         writeln!(
             w,
@@ -133,13 +149,14 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
     let m = &c.memory;
     writeln!(
         w,
-        "**Memory:** peak RSS {}, peak cgroup {}, limit {}; RSS growth {} (cgroup {}); {} OOM kills; {} samples.\n",
+        "**Memory:** peak RSS {}, peak cgroup {}, limit {}; RSS growth {} (cgroup {}); {} OOM kills; peak disk {}; {} samples.\n",
         Bytes(m.peak_rss_bytes),
         Bytes(m.peak_cgroup_bytes),
         m.limit_bytes.map(|l| Bytes(l).to_string()).unwrap_or_else(|| "none".into()),
         mib_per_h(m.slope_bytes_per_hour),
         mib_per_h(m.cgroup_slope_bytes_per_hour),
         m.oom_kills,
+        Bytes(m.peak_disk_bytes),
         m.samples
     )?;
     chart_rss(w, &c.id, chart, m.limit_bytes)?;

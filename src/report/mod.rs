@@ -45,6 +45,10 @@ pub struct Summary {
     /// "pass", "fail" or "error" (a warning alone passes).
     pub verdict: Verdict,
     pub run_id: String,
+    /// The run's seed: `soak run --seed N` replays workloads and chaos.
+    pub seed: u64,
+    /// `I/N` when the run was one shard of the suite.
+    pub shard: Option<String>,
     pub started_at: String,
     pub duration_s: f64,
     pub suite_file: String,
@@ -67,6 +71,19 @@ pub struct CellResult {
     pub phases: Vec<PhaseRecord>,
     /// Paths of the cell's files, relative to the report folder.
     pub files: BTreeMap<String, String>,
+    pub seed: Option<u64>,
+    /// The allocator profile and its library's package version.
+    pub allocator: Option<String>,
+    /// Chaos actions as done, with the seed of their schedule.
+    pub chaos: Vec<ChaosRecord>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ChaosRecord {
+    pub seed: u64,
+    /// Offset from the start of the chaos phase, as planned.
+    pub at_s: f64,
+    pub action: crate::suite::Action,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -89,6 +106,7 @@ pub struct MemorySummary {
     pub cgroup_slope_bytes_per_hour: Option<f64>,
     pub oom_kills: u64,
     pub samples: usize,
+    pub peak_disk_bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]

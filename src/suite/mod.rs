@@ -7,7 +7,10 @@
 //! verify phase without a workload) and finds the line of the path it blames
 //! with [`locate`].
 
+pub mod checks;
 pub mod locate;
+pub mod matrix;
+pub mod phase;
 pub mod template;
 pub mod values;
 
@@ -15,10 +18,14 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
+pub use checks::{Checks, CountCheck, Severity};
+pub use matrix::{CellDef, Matrix};
+pub use phase::{Action, ChaosSpec, ExecSpec, Phase};
 pub use values::{Count, Dur, GrowthRate, Rate, Sig, Size};
+
+use crate::driver::allocator::Profile;
 
 /// A whole suite, as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -30,6 +37,7 @@ pub struct Suite {
     pub node: NodeSpec,
     #[serde(default)]
     pub limits: Limits,
+    pub matrix: Option<Matrix>,
     pub workload: Option<Workload>,
     pub phases: Vec<Phase>,
     #[serde(default)]
@@ -44,6 +52,8 @@ pub struct NodeSpec {
     pub command: Vec<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The allocator, unless the matrix has an `allocator` axis.
+    pub allocator: Option<Profile>,
     pub ready: Ready,
     pub metrics: Option<MetricsSpec>,
     #[serde(default)]
@@ -145,216 +155,6 @@ pub struct Mix {
     pub del: f64,
 }
 
-/// One step of a suite.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// Drive the workload for this long.
-    Run(#[serde(serialize_with = "ser_dur")] std::time::Duration),
-    /// Send a signal to the node's process group and wait for it to die.
-    Kill(Sig),
-    /// Start the node again and wait until it is ready.
-    Start,
-    /// Stop the node gracefully (the suite's stop signal, then SIGKILL).
-    Stop,
-    /// Read back every key the ledger knows and classify it.
-    Verify,
-}
-
-fn ser_dur<S: serde::Serializer>(d: &std::time::Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(d.as_secs_f64())
-}
-
-pub const PHASES: [&str; 5] = ["run", "kill", "start", "stop", "verify"];
-
-impl fmt::Display for Phase {
-    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        match self {
-            Phase::Run(d) => write!(f, "run {}", crate::report::human_duration(*d)),
-            Phase::Kill(s) => write!(f, "kill {s}"),
-            Phase::Start => f.write_str("start"),
-            Phase::Stop => f.write_str("stop"),
-            Phase::Verify => f.write_str("verify"),
-        }
-    }
-}
-
-/// A phase is a bare word (`start`, `kill`) or a one-key map (`run: 20s`,
-/// `kill: SIGTERM`), read by hand so that each form gets its own message.
-impl<'de> Deserialize<'de> for Phase {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Phase;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                write!(
-                    f,
-                    "a phase: one of {} (e.g. `- run: 20s` or `- start`)",
-                    PHASES.join(", ")
-                )
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Phase, E> {
-                match v {
-                    "start" => Ok(Phase::Start),
-                    "stop" => Ok(Phase::Stop),
-                    "verify" => Ok(Phase::Verify),
-                    "kill" => Ok(Phase::Kill(Sig(nix::sys::signal::Signal::SIGKILL))),
-                    "run" => Err(E::custom("`run` needs a duration: write `- run: 30s`")),
-                    other => Err(E::custom(format!(
-                        "unknown phase `{other}`{}; phases: {}",
-                        values::did_you_mean(other, PHASES),
-                        PHASES.join(", ")
-                    ))),
-                }
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Phase, A::Error> {
-                let Some(key) = map.next_key::<String>()? else {
-                    return Err(de::Error::custom(
-                        "an empty map is not a phase: write e.g. `- run: 30s`",
-                    ));
-                };
-                let phase = match key.as_str() {
-                    "run" => Phase::Run(map.next_value::<Dur>()?.0),
-                    "kill" => Phase::Kill(map.next_value::<Sig>()?),
-                    "verify" => {
-                        let what: String = map.next_value()?;
-                        if what != "acknowledged-writes" {
-                            return Err(de::Error::custom(format!(
-                                "`verify: {what}`: the only verification is `acknowledged-writes` (or a bare `- verify`)"
-                            )));
-                        }
-                        Phase::Verify
-                    }
-                    "start" | "stop" => {
-                        return Err(de::Error::custom(format!(
-                            "`{key}` takes no value: write `- {key}`"
-                        )))
-                    }
-                    other => {
-                        return Err(de::Error::custom(format!(
-                            "unknown phase `{other}`{}; phases: {}",
-                            values::did_you_mean(other, PHASES),
-                            PHASES.join(", ")
-                        )))
-                    }
-                };
-                if let Some(extra) = map.next_key::<String>()? {
-                    return Err(de::Error::custom(format!(
-                        "one phase per list item: `{extra}` must start its own `- {extra}: ...` line"
-                    )));
-                }
-                Ok(phase)
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// What a check does when its limit is exceeded.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    #[default]
-    Fail,
-    Warn,
-}
-
-/// A count limit: `lost_writes: 0` or `lost_writes: { max: 0, severity: warn }`.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct CountCheck {
-    pub max: u64,
-    pub severity: Severity,
-}
-
-impl<'de> Deserialize<'de> for CountCheck {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        // A bare number or a map, each read with its own message.
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Full {
-            max: Count,
-            #[serde(default)]
-            severity: Severity,
-        }
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = CountCheck;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a limit such as 0, or { max: 0, severity: warn }")
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<CountCheck, E> {
-                Ok(CountCheck {
-                    max: v,
-                    severity: Severity::Fail,
-                })
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<CountCheck, E> {
-                u64::try_from(v)
-                    .map(|max| CountCheck {
-                        max,
-                        severity: Severity::Fail,
-                    })
-                    .map_err(|_| E::custom("a limit cannot be negative"))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<CountCheck, E> {
-                let n: String = v.chars().filter(|c| *c != '_').collect();
-                n.parse()
-                    .map(|max| CountCheck {
-                        max,
-                        severity: Severity::Fail,
-                    })
-                    .map_err(|_| E::custom(format!("{v:?} is not a whole number")))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<CountCheck, A::Error> {
-                let f = Full::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(CountCheck {
-                    max: f.max.0,
-                    severity: f.severity,
-                })
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// Which memory series a growth check reads.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Series {
-    /// Resident set size of the node's whole process tree.
-    #[default]
-    Rss,
-    /// The node's cgroup memory usage (includes page cache).
-    Cgroup,
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct GrowthCheck {
-    /// The largest acceptable slope, e.g. `20MiB/h`.
-    pub max: GrowthRate,
-    #[serde(default)]
-    pub series: Series,
-    /// Samples this soon after each (re)start are left out of the slope.
-    #[serde(default = "default_warmup", skip_serializing)]
-    pub warmup: Dur,
-    #[serde(default)]
-    pub severity: Severity,
-}
-
-fn default_warmup() -> Dur {
-    Dur(std::time::Duration::from_secs(10))
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Checks {
-    pub lost_writes: Option<CountCheck>,
-    pub corrupted_writes: Option<CountCheck>,
-    pub oom_kills: Option<CountCheck>,
-    pub memory_growth: Option<GrowthCheck>,
-}
-
 /// A suite that cannot be used, with where and how to fix it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SuiteError {
@@ -438,6 +238,11 @@ impl Suite {
         Ok(suite)
     }
 
+    /// The cells of the suite, in order (one `default` cell without a matrix).
+    pub fn cells(&self) -> Vec<CellDef> {
+        self.matrix.clone().unwrap_or_default().cells()
+    }
+
     /// Checks that span fields; each problem is (path, message).
     fn check(&self) -> Vec<(String, String)> {
         let mut out = vec![];
@@ -449,7 +254,134 @@ impl Suite {
             (Some(_), Some(_)) => out.push(("node.ready".into(), "give one readiness probe, `resp` or `tcp`, not both".into())),
             _ => {}
         }
-        let vars = template::CELL_VARIABLES;
+        let cells = self.cells();
+        if cells.is_empty() {
+            out.push((
+                "matrix.exclude".into(),
+                "every cell of the matrix is excluded".into(),
+            ));
+        }
+        if self.node.allocator.is_some() && cells.iter().any(|c| c.allocator().is_some()) {
+            out.push((
+                "node.allocator".into(),
+                "the matrix has an `allocator` axis too: keep one of them".into(),
+            ));
+        }
+        out.extend(self.check_templates(&cells));
+        if let Some(w) = &self.workload {
+            let m = w.mix;
+            if [m.set, m.get, m.del]
+                .iter()
+                .any(|v| *v < 0.0 || !v.is_finite())
+                || m.set + m.get + m.del <= 0.0
+            {
+                out.push((
+                    "workload.mix".into(),
+                    "shares must be zero or more and not all zero, e.g. { set: 0.5, get: 0.5 }"
+                        .into(),
+                ));
+            }
+            if w.keys.0 == 0 || w.keys.0 > u32::MAX as u64 {
+                out.push((
+                    "workload.keys".into(),
+                    format!("the key space needs between 1 and {} keys", u32::MAX),
+                ));
+            }
+            if w.connections.0 == 0 || w.connections.0 > 1024 {
+                out.push((
+                    "workload.connections".into(),
+                    "connections must be between 1 and 1024".into(),
+                ));
+            }
+            if w.value_size.0 > 512 << 20 {
+                out.push((
+                    "workload.value_size".into(),
+                    "values above 512MiB are refused by RESP servers".into(),
+                ));
+            }
+        }
+        if self.phases.is_empty() {
+            out.push((
+                "phases".into(),
+                "a suite needs at least one phase, e.g. `- run: 30s`".into(),
+            ));
+        }
+        // The node starts before the first phase; follow its state through them.
+        let mut running = true;
+        self.check_phases(&self.phases, "phases", &mut running, &mut out);
+        out.extend(self.checks.problems(self));
+        out
+    }
+
+    fn check_phases(
+        &self,
+        phases: &[Phase],
+        at: &str,
+        running: &mut bool,
+        out: &mut Vec<(String, String)>,
+    ) {
+        for (i, p) in phases.iter().enumerate() {
+            let path = format!("{at}[{i}]");
+            let word = p.word();
+            let needs_load = matches!(p, Phase::Load | Phase::Run(_) | Phase::Verify);
+            let needs_running = matches!(
+                p,
+                Phase::Load
+                    | Phase::Run(_)
+                    | Phase::Verify
+                    | Phase::Kill(_)
+                    | Phase::Stop
+                    | Phase::Restart
+                    | Phase::Pause(_)
+                    | Phase::Chaos(_)
+            );
+            if needs_load && self.workload.is_none() {
+                out.push((
+                    path,
+                    format!("`{word}` needs a workload: add a `workload:` section"),
+                ));
+                continue;
+            }
+            if needs_running && !*running {
+                out.push((path, format!("the node is not running here (it was stopped or killed before): add `- start` before `{word}`")));
+                continue;
+            }
+            match p {
+                Phase::Start if *running => out.push((
+                    path,
+                    "the node is already running here (it starts before the first phase): remove this `start`, or `- stop` before it".into(),
+                )),
+                Phase::Limit(_) if self.limits.memory.is_none() => out.push((
+                    path,
+                    "`limit` changes the memory limit, and there is none: set `limits.memory` first".into(),
+                )),
+                Phase::Exec(e) if e.command.is_empty() => out.push((path, "the command is empty".into())),
+                Phase::Chaos(c) if c.every_min > c.during => out.push((
+                    path,
+                    "`every` is longer than `during`: nothing would happen".into(),
+                )),
+                Phase::Repeat { phases, .. } => {
+                    // Twice through the body shows a body that does not
+                    // leave the node as it found it.
+                    let sub = format!("{path}.repeat.phases");
+                    let before = out.len();
+                    self.check_phases(phases, &sub, running, out);
+                    if out.len() == before {
+                        self.check_phases(phases, &sub, running, out);
+                    }
+                }
+                _ => {}
+            }
+            match p {
+                Phase::Kill(_) | Phase::Stop => *running = false,
+                Phase::Start => *running = true,
+                _ => {}
+            }
+        }
+    }
+
+    /// Every template must render in every cell.
+    fn check_templates(&self, cells: &[CellDef]) -> Vec<(String, String)> {
         let mut templated: Vec<(String, &str)> = vec![];
         for (i, a) in self.node.command.iter().enumerate() {
             templated.push((format!("node.command[{i}]"), a));
@@ -469,82 +401,44 @@ impl Suite {
         if let Some(w) = &self.workload {
             templated.push(("workload.resp.target".into(), &w.resp.target));
         }
-        for (path, text) in templated {
-            if let Err(e) = template::check(text, vars) {
-                out.push((path, e));
+        let mut execs = vec![];
+        collect_execs(&self.phases, "phases", &mut execs);
+        for (path, e) in &execs {
+            for (j, a) in e.command.iter().enumerate() {
+                templated.push((format!("{path}.exec.command[{j}]"), a));
             }
         }
-        if let Some(w) = &self.workload {
-            let m = w.mix;
-            if [m.set, m.get, m.del]
-                .iter()
-                .any(|v| *v < 0.0 || !v.is_finite())
-                || m.set + m.get + m.del <= 0.0
-            {
-                out.push((
-                    "workload.mix".into(),
-                    "shares must be zero or more and not all zero, e.g. { set: 0.5, get: 0.5 }"
-                        .into(),
-                ));
-            }
-            if w.keys.0 == 0 {
-                out.push((
-                    "workload.keys".into(),
-                    "the key space needs at least 1 key".into(),
-                ));
-            }
-            if w.connections.0 == 0 || w.connections.0 > 1024 {
-                out.push((
-                    "workload.connections".into(),
-                    "connections must be between 1 and 1024".into(),
-                ));
-            }
-            if w.keys.0 > u32::MAX as u64 {
-                out.push(("workload.keys".into(), format!("at most {} keys", u32::MAX)));
-            }
-        }
-        if self.phases.is_empty() {
-            out.push((
-                "phases".into(),
-                "a suite needs at least one phase, e.g. `- run: 30s`".into(),
-            ));
-        }
-        // The node starts before the first phase; follow its state through them.
-        let mut running = true;
-        for (i, p) in self.phases.iter().enumerate() {
-            let path = format!("phases[{i}]");
-            match p {
-                Phase::Run(_) | Phase::Verify if self.workload.is_none() => out.push((
-                    path,
-                    format!("`{}` needs a workload: add a `workload:` section", phase_word(p)),
-                )),
-                Phase::Run(_) | Phase::Verify | Phase::Kill(_) | Phase::Stop if !running => out.push((
-                    path,
-                    format!("the node is not running here (it was stopped or killed before): add `- start` before `{}`", phase_word(p)),
-                )),
-                Phase::Start if running => out.push((
-                    path,
-                    "the node is already running here (it starts before the first phase): remove this `start` or put `- stop` before it".into(),
-                )),
-                _ => {}
-            }
-            match p {
-                Phase::Kill(_) | Phase::Stop => running = false,
-                Phase::Start => running = true,
-                _ => {}
+        let mut out = vec![];
+        for cell in cells {
+            let vars = cell.variables();
+            let mut known: Vec<&str> = template::CELL_VARIABLES.to_vec();
+            known.extend(vars.keys().map(String::as_str));
+            for (path, text) in &templated {
+                if let Err(e) = template::check(text, &known) {
+                    if !out.iter().any(|(p, _): &(String, String)| p == path) {
+                        let which = if cell.params.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" (in cell {})", cell.id)
+                        };
+                        out.push((path.clone(), format!("{e}{which}")));
+                    }
+                }
             }
         }
         out
     }
 }
 
-fn phase_word(p: &Phase) -> &'static str {
-    match p {
-        Phase::Run(_) => "run",
-        Phase::Kill(_) => "kill",
-        Phase::Start => "start",
-        Phase::Stop => "stop",
-        Phase::Verify => "verify",
+fn collect_execs<'a>(phases: &'a [Phase], at: &str, out: &mut Vec<(String, &'a ExecSpec)>) {
+    for (i, p) in phases.iter().enumerate() {
+        match p {
+            Phase::Exec(e) => out.push((format!("{at}[{i}]"), e)),
+            Phase::Repeat { phases, .. } => {
+                collect_execs(phases, &format!("{at}[{i}].repeat.phases"), out)
+            }
+            _ => {}
+        }
     }
 }
 

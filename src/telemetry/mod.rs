@@ -27,6 +27,8 @@ pub struct Sample {
     pub cgroup: u64,
     pub cgroup_anon: u64,
     pub cgroup_file: u64,
+    /// Bytes the node's data directory takes on disk.
+    pub disk: u64,
 }
 
 /// What the sampler reads from; the phase engine updates it as the node
@@ -37,6 +39,23 @@ pub struct Target {
     pub pid: Arc<AtomicI32>,
     pub segment: Arc<AtomicU32>,
     pub cgroup: Option<Arc<Cgroup>>,
+    pub data_dir: Option<PathBuf>,
+}
+
+/// Bytes a directory tree takes on disk (allocated blocks, as `du`).
+pub fn disk_usage(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => disk_usage(&e.path()),
+            Ok(m) => m.blocks() * 512,
+            Err(_) => 0,
+        })
+        .sum()
 }
 
 /// Resident bytes of one process, from `/proc/PID/status` (VmRSS).
@@ -102,6 +121,7 @@ impl Target {
             cgroup: mem.usage,
             cgroup_anon: mem.anon,
             cgroup_file: mem.file,
+            disk: self.data_dir.as_deref().map(disk_usage).unwrap_or(0),
         }
     }
 }
@@ -140,8 +160,8 @@ impl Sampler {
                         let Ok(s) = tokio::task::spawn_blocking(move || target.sample(t)).await else { continue };
                         let _ = writeln!(
                             file,
-                            "{:.3},{},{},{},{},{},{}",
-                            s.t, s.segment, u8::from(s.up), s.rss, s.cgroup, s.cgroup_anon, s.cgroup_file
+                            "{:.3},{},{},{},{},{},{},{}",
+                            s.t, s.segment, u8::from(s.up), s.rss, s.cgroup, s.cgroup_anon, s.cgroup_file, s.disk
                         );
                         let _ = file.flush();
                         store.lock().expect("samples lock").push(s);

@@ -148,6 +148,17 @@ impl Ledger {
         self.sent[k].fetch_add(1, Relaxed) + 1
     }
 
+    /// Takes the next version of key `k` that is a SET (skipped versions
+    /// are never sent; they only widen the key's in-doubt span until acked).
+    pub fn next_set_version(&self, k: usize) -> u32 {
+        loop {
+            let v = self.next_version(k);
+            if self.kind(k, v) == WriteKind::Set {
+                return v;
+            }
+        }
+    }
+
     /// The node acknowledged version `v` of key `k`.
     pub fn ack(&self, k: usize, v: u32) {
         self.acked[k].fetch_max(v, Relaxed);

@@ -59,6 +59,8 @@ pub struct LoadStats {
     pub latency_us: Histogram<u64>,
     /// Seconds the load was applied.
     pub active_s: f64,
+    /// SETs acknowledged by `load` phases (not part of the rate-controlled load).
+    pub fill_sets: u64,
 }
 
 impl Default for LoadStats {
@@ -72,6 +74,7 @@ impl Default for LoadStats {
             corrupted_reads: 0,
             latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds"),
             active_s: 0.0,
+            fill_sets: 0,
         }
     }
 }
@@ -88,11 +91,20 @@ impl LoadStats {
     }
 
     pub fn acknowledged_writes(&self) -> u64 {
-        self.sets_ok + self.dels_ok
+        self.sets_ok + self.dels_ok + self.fill_sets
     }
 
     pub fn ops_ok(&self) -> u64 {
         self.sets_ok + self.gets_ok + self.dels_ok
+    }
+
+    /// Acknowledged operations per second of rate-controlled load.
+    pub fn ops_per_s(&self) -> f64 {
+        if self.active_s > 0.0 {
+            self.ops_ok() as f64 / self.active_s
+        } else {
+            0.0
+        }
     }
 }
 
@@ -167,6 +179,56 @@ impl Engine {
         self.stats.lock().expect("stats lock").active_s += started.elapsed().as_secs_f64();
     }
 
+    /// Writes every key once, as fast as the node takes it: each connection
+    /// pipelines SETs of its own keys, 100 at a time. Returns the keys
+    /// acknowledged and the time it took.
+    pub async fn fill(&mut self) -> (u64, Duration) {
+        const PIPELINE: usize = 100;
+        let t0 = Instant::now();
+        let n = self.cfg.connections;
+        let tasks: Vec<JoinHandle<u64>> = (0..n)
+            .map(|i| {
+                let (cfg, ledger) = (self.cfg.clone(), self.ledger.clone());
+                tokio::spawn(async move {
+                    let conn = Conn::connector(&cfg);
+                    let Some(mut con) = conn.await else { return 0 };
+                    let keys: Vec<usize> = (i..cfg.keys).step_by(n).collect();
+                    let mut acked = 0;
+                    for chunk in keys.chunks(PIPELINE) {
+                        let mut pipe = redis::pipe();
+                        let versions: Vec<(usize, u32)> = chunk
+                            .iter()
+                            .map(|k| (*k, ledger.next_set_version(*k)))
+                            .collect();
+                        for (k, v) in &versions {
+                            pipe.cmd("SET")
+                                .arg(Ledger::key_name(*k))
+                                .arg(ledger.value(*k, *v))
+                                .ignore();
+                        }
+                        match pipe.query_async::<()>(&mut con).await {
+                            Ok(()) => {
+                                for (k, v) in versions {
+                                    ledger.ack(k, v);
+                                }
+                                acked += chunk.len() as u64;
+                            }
+                            // In doubt: the ledger already says so.
+                            Err(_) => break,
+                        }
+                    }
+                    acked
+                })
+            })
+            .collect();
+        let mut total = 0;
+        for t in tasks {
+            total += t.await.unwrap_or(0);
+        }
+        self.stats.lock().expect("stats lock").fill_sets += total;
+        (total, t0.elapsed())
+    }
+
     /// Totals so far (of connections that have been paused).
     pub fn stats(&self) -> LoadStats {
         self.stats.lock().expect("stats lock").clone()
@@ -190,15 +252,19 @@ enum Outcome {
 }
 
 impl Conn {
-    async fn connect(&self) -> Option<MultiplexedConnection> {
-        let client = redis::Client::open(format!("redis://{}/", self.cfg.target)).ok()?;
+    async fn connector(cfg: &LoadConfig) -> Option<MultiplexedConnection> {
+        let client = redis::Client::open(format!("redis://{}/", cfg.target)).ok()?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_response_timeout(Some(self.cfg.timeout));
+            .set_response_timeout(Some(cfg.timeout));
         client
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .ok()
+    }
+
+    async fn connect(&self) -> Option<MultiplexedConnection> {
+        Conn::connector(&self.cfg).await
     }
 
     /// A key owned by this connection.

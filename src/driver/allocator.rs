@@ -1,0 +1,403 @@
+//! Allocator profiles: which `malloc` a node runs with, turned into its
+//! environment (`LD_PRELOAD`, `MALLOC_CONF`, `GLIBC_TUNABLES`, ...), and the
+//! proof, read from `/proc/PID/maps`, that the library really got loaded.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+
+use crate::suite::values::did_you_mean;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Glibc,
+    Jemalloc,
+    Mimalloc,
+    Tcmalloc,
+    Custom,
+}
+
+pub const KINDS: [&str; 5] = ["glibc", "jemalloc", "mimalloc", "tcmalloc", "custom"];
+
+/// glibc's malloc tunables (`GLIBC_TUNABLES=glibc.malloc.NAME=...`), and
+/// `arena_max`, which also has its classic variable `MALLOC_ARENA_MAX`.
+pub const GLIBC_OPTIONS: [&str; 10] = [
+    "arena_max",
+    "arena_test",
+    "trim_threshold",
+    "mmap_threshold",
+    "mmap_max",
+    "top_pad",
+    "tcache_count",
+    "tcache_max",
+    "mxfast",
+    "hugetlb",
+];
+
+impl Kind {
+    fn parse(s: &str) -> Result<Kind, String> {
+        Ok(match s {
+            "glibc" => Kind::Glibc,
+            "jemalloc" => Kind::Jemalloc,
+            "mimalloc" => Kind::Mimalloc,
+            "tcmalloc" => Kind::Tcmalloc,
+            "custom" => Kind::Custom,
+            other => {
+                return Err(format!(
+                    "unknown allocator `{other}`{}; allocators: {} (custom takes a `preload` path)",
+                    did_you_mean(other, KINDS),
+                    KINDS.join(", ")
+                ))
+            }
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        KINDS[self as usize]
+    }
+
+    /// Library file names, most specific first, and the Debian package.
+    fn library(self) -> (&'static [&'static str], &'static str) {
+        match self {
+            Kind::Jemalloc => (&["libjemalloc.so.2", "libjemalloc.so"], "libjemalloc2"),
+            Kind::Mimalloc => (
+                &["libmimalloc.so.2", "libmimalloc.so.2.0", "libmimalloc.so"],
+                "libmimalloc2.0",
+            ),
+            Kind::Tcmalloc => (
+                &[
+                    "libtcmalloc_minimal.so.4",
+                    "libtcmalloc.so.4",
+                    "libtcmalloc_minimal.so",
+                ],
+                "libtcmalloc-minimal4",
+            ),
+            Kind::Glibc | Kind::Custom => (&[], ""),
+        }
+    }
+}
+
+/// An allocator and its settings, as a suite names it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Profile {
+    /// How cells and reports call it: `jemalloc`, `glibc(arena_max=2)`.
+    pub name: String,
+    pub kind: Kind,
+    pub options: BTreeMap<String, String>,
+}
+
+impl fmt::Display for Profile {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+fn scalar_text(v: serde_norway::Value) -> Result<String, String> {
+    match v {
+        serde_norway::Value::String(s) => Ok(s),
+        serde_norway::Value::Number(n) => Ok(n.to_string()),
+        serde_norway::Value::Bool(b) => Ok(b.to_string()),
+        _ => Err("allocator options are scalars (numbers, sizes, words)".into()),
+    }
+}
+
+impl Profile {
+    pub fn named(kind: Kind) -> Profile {
+        Profile {
+            name: kind.as_str().into(),
+            kind,
+            options: BTreeMap::new(),
+        }
+    }
+
+    fn with_options(kind: Kind, options: BTreeMap<String, String>) -> Result<Profile, String> {
+        let mut options = options;
+        let explicit_name = options.remove("name");
+        match kind {
+            Kind::Glibc => {
+                for k in options.keys() {
+                    if !GLIBC_OPTIONS.contains(&k.as_str()) {
+                        return Err(format!(
+                            "unknown glibc malloc option `{k}`{}; options: {}",
+                            did_you_mean(k, GLIBC_OPTIONS),
+                            GLIBC_OPTIONS.join(", ")
+                        ));
+                    }
+                }
+                for (k, v) in &options {
+                    parse_number_or_size(v).map_err(|e| format!("glibc option `{k}`: {e}"))?;
+                }
+            }
+            Kind::Custom if !options.contains_key("preload") => {
+                return Err("a custom allocator needs `preload: /path/to/libmalloc.so` (other keys become environment variables)".into());
+            }
+            _ => {}
+        }
+        let name = explicit_name.unwrap_or_else(|| {
+            if options.is_empty() {
+                kind.as_str().to_string()
+            } else {
+                let o: Vec<String> = options.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                format!("{}({})", kind.as_str(), o.join(";"))
+            }
+        });
+        Ok(Profile {
+            name,
+            kind,
+            options,
+        })
+    }
+
+    /// The environment that selects and tunes this allocator, given where
+    /// its library is (`None` for glibc).
+    pub fn environment(&self, library: Option<&Path>) -> Vec<(String, String)> {
+        let mut env = vec![];
+        if let Some(lib) = library {
+            env.push(("LD_PRELOAD".into(), lib.display().to_string()));
+        }
+        match self.kind {
+            Kind::Glibc => {
+                let mut tunables = vec![];
+                for (k, v) in &self.options {
+                    let n = parse_number_or_size(v).unwrap_or(0);
+                    if k == "arena_max" {
+                        env.push(("MALLOC_ARENA_MAX".into(), n.to_string()));
+                    }
+                    tunables.push(format!("glibc.malloc.{k}={n}"));
+                }
+                if !tunables.is_empty() {
+                    env.push(("GLIBC_TUNABLES".into(), tunables.join(":")));
+                }
+            }
+            Kind::Jemalloc if !self.options.is_empty() => {
+                let conf: Vec<String> = self
+                    .options
+                    .iter()
+                    .map(|(k, v)| format!("{k}:{v}"))
+                    .collect();
+                env.push(("MALLOC_CONF".into(), conf.join(",")));
+            }
+            Kind::Mimalloc => {
+                for (k, v) in &self.options {
+                    env.push((format!("MIMALLOC_{}", k.to_ascii_uppercase()), v.clone()));
+                }
+            }
+            Kind::Tcmalloc => {
+                for (k, v) in &self.options {
+                    env.push((format!("TCMALLOC_{}", k.to_ascii_uppercase()), v.clone()));
+                }
+            }
+            Kind::Custom => {
+                for (k, v) in self.options.iter().filter(|(k, _)| *k != "preload") {
+                    env.push((k.clone(), v.clone()));
+                }
+            }
+            _ => {}
+        }
+        env
+    }
+
+    /// Finds the library on this machine: Debian's paths, then `ldconfig`.
+    pub fn find_library(&self) -> Result<Option<PathBuf>, String> {
+        if self.kind == Kind::Custom {
+            let p = PathBuf::from(&self.options["preload"]);
+            return if p.is_file() {
+                Ok(Some(p))
+            } else {
+                Err(format!(
+                    "allocator `{}`: the preload library {} does not exist",
+                    self.name,
+                    p.display()
+                ))
+            };
+        }
+        let (names, package) = self.kind.library();
+        if names.is_empty() {
+            return Ok(None);
+        }
+        let dirs = [
+            "/usr/lib/x86_64-linux-gnu",
+            "/usr/lib/aarch64-linux-gnu",
+            "/lib/x86_64-linux-gnu",
+            "/usr/lib64",
+            "/usr/lib",
+            "/usr/local/lib",
+        ];
+        for name in names {
+            for d in dirs {
+                let p = Path::new(d).join(name);
+                if p.is_file() {
+                    return Ok(Some(p));
+                }
+            }
+        }
+        if let Ok(out) = std::process::Command::new("ldconfig").arg("-p").output() {
+            let text = String::from_utf8_lossy(&out.stdout);
+            for name in names {
+                if let Some(path) = text.lines().find_map(|l| {
+                    let (lhs, rhs) = l.split_once("=>")?;
+                    (lhs.split_whitespace().next()? == *name).then(|| rhs.trim().to_string())
+                }) {
+                    return Ok(Some(PathBuf::from(path)));
+                }
+            }
+        }
+        Err(format!(
+            "allocator `{}`: no {} on this machine; install it with `apt-get install {package}`",
+            self.name, names[0]
+        ))
+    }
+}
+
+/// Checks, from `/proc/PID/maps`, that `library` is mapped into the process
+/// (for glibc: that no other known allocator is).
+pub fn prove_loaded(pid: i32, kind: Kind, library: Option<&Path>) -> Result<(), String> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map_err(|e| format!("cannot read /proc/{pid}/maps: {e}"))?;
+    match library {
+        Some(lib) => {
+            let real = std::fs::canonicalize(lib).unwrap_or_else(|_| lib.to_path_buf());
+            let hit = maps.lines().any(|l| {
+                l.ends_with(&*lib.to_string_lossy()) || l.ends_with(&*real.to_string_lossy())
+            });
+            if hit {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the {} allocator is not loaded in the node (pid {pid}): {} is not in /proc/{pid}/maps. A statically linked or setuid node ignores LD_PRELOAD; so does a wrapper that clears the environment",
+                    kind.as_str(),
+                    lib.display()
+                ))
+            }
+        }
+        None => {
+            let other = ["libjemalloc", "libmimalloc", "libtcmalloc"]
+                .into_iter()
+                .find(|o| maps.contains(o));
+            match other {
+                Some(o) => Err(format!(
+                    "the node was meant to run on glibc's malloc, but {o} is loaded (pid {pid})"
+                )),
+                None => Ok(()),
+            }
+        }
+    }
+}
+
+/// The Debian package version of a library file, where dpkg knows it.
+pub fn library_version(lib: &Path) -> Option<String> {
+    let real = std::fs::canonicalize(lib).unwrap_or_else(|_| lib.to_path_buf());
+    for p in [lib.to_path_buf(), real] {
+        let out = std::process::Command::new("dpkg-query")
+            .arg("-S")
+            .arg(&p)
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        if let Some(pkg) = text.lines().next().and_then(|l| l.split(": ").next()) {
+            let v = std::process::Command::new("dpkg-query")
+                .args(["-W", "-f=${Version}", pkg])
+                .output()
+                .ok()?;
+            let v = String::from_utf8_lossy(&v.stdout).trim().to_string();
+            if !v.is_empty() {
+                return Some(format!("{pkg} {v}"));
+            }
+        }
+    }
+    None
+}
+
+/// A number, or a size such as `128KiB`, as bytes.
+fn parse_number_or_size(v: &str) -> Result<u64, String> {
+    crate::units::parse_size(v).map_err(|e| e.to_string())
+}
+
+/// `jemalloc`, or `{ glibc: { arena_max: 2 } }`, or
+/// `{ custom: { preload: /opt/lib/libfoo.so, FOO_OPT: 1 } }`.
+impl<'de> Deserialize<'de> for Profile {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Profile;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an allocator: glibc, jemalloc, mimalloc, tcmalloc, or a one-key map such as { glibc: { arena_max: 2 } }")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Profile, E> {
+                let kind = Kind::parse(v).map_err(E::custom)?;
+                if kind == Kind::Custom {
+                    return Err(E::custom("a custom allocator needs its library: write `{ custom: { preload: /path/to/lib.so } }`"));
+                }
+                Ok(Profile::named(kind))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Profile, A::Error> {
+                let Some(key) = map.next_key::<String>()? else {
+                    return Err(de::Error::custom("an empty map is not an allocator"));
+                };
+                let kind = Kind::parse(&key).map_err(de::Error::custom)?;
+                let raw: BTreeMap<String, serde_norway::Value> = map.next_value()?;
+                let mut options = BTreeMap::new();
+                for (k, v) in raw {
+                    options.insert(
+                        k.clone(),
+                        scalar_text(v).map_err(|e| de::Error::custom(format!("`{k}`: {e}")))?,
+                    );
+                }
+                if let Some(extra) = map.next_key::<String>()? {
+                    return Err(de::Error::custom(format!(
+                        "one allocator per entry: `{extra}` must be its own list item"
+                    )));
+                }
+                Profile::with_options(kind, options).map_err(de::Error::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(y: &str) -> Result<Profile, String> {
+        serde_norway::from_str(y).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn profiles_become_environments() {
+        let p = parse("{ glibc: { arena_max: 2, trim_threshold: 128KiB } }").unwrap();
+        assert_eq!(p.name, "glibc(arena_max=2;trim_threshold=128KiB)");
+        let env = p.environment(None);
+        assert!(env.contains(&("MALLOC_ARENA_MAX".into(), "2".into())));
+        assert!(env.contains(&(
+            "GLIBC_TUNABLES".into(),
+            "glibc.malloc.arena_max=2:glibc.malloc.trim_threshold=131072".into()
+        )));
+        let j = parse("{ jemalloc: { narenas: 2, background_thread: true, name: je2 } }").unwrap();
+        assert_eq!(j.name, "je2");
+        let env = j.environment(Some(Path::new("/x/libjemalloc.so.2")));
+        assert_eq!(env[0], ("LD_PRELOAD".into(), "/x/libjemalloc.so.2".into()));
+        assert_eq!(
+            env[1],
+            (
+                "MALLOC_CONF".into(),
+                "background_thread:true,narenas:2".into()
+            )
+        );
+    }
+
+    #[test]
+    fn bad_profiles_say_why() {
+        assert!(parse("jemaloc")
+            .unwrap_err()
+            .contains("did you mean `jemalloc`"));
+        assert!(parse("{ glibc: { arena_mx: 2 } }")
+            .unwrap_err()
+            .contains("did you mean `arena_max`"));
+        assert!(parse("custom").unwrap_err().contains("preload"));
+    }
+}

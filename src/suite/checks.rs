@@ -1,0 +1,230 @@
+//! Checks: what a cell must show to pass. Each fails the cell, or only warns
+//! (`severity: warn`).
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+
+use super::values::{Count, Dur, GrowthRate, Rate, Size};
+use super::{Phase, Suite};
+
+/// What a check does when its limit is exceeded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    #[default]
+    Fail,
+    Warn,
+}
+
+/// A count limit: `lost_writes: 0` or `lost_writes: { max: 0, severity: warn }`.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct CountCheck {
+    pub max: u64,
+    pub severity: Severity,
+}
+
+impl<'de> Deserialize<'de> for CountCheck {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Full {
+            max: Count,
+            #[serde(default)]
+            severity: Severity,
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = CountCheck;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a limit such as 0, or { max: 0, severity: warn }")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<CountCheck, E> {
+                Ok(CountCheck {
+                    max: v,
+                    severity: Severity::Fail,
+                })
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<CountCheck, E> {
+                u64::try_from(v)
+                    .map(|max| CountCheck {
+                        max,
+                        severity: Severity::Fail,
+                    })
+                    .map_err(|_| E::custom("a limit cannot be negative"))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<CountCheck, E> {
+                let n: String = v.chars().filter(|c| *c != '_').collect();
+                n.parse()
+                    .map(|max| CountCheck {
+                        max,
+                        severity: Severity::Fail,
+                    })
+                    .map_err(|_| E::custom(format!("{v:?} is not a whole number")))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<CountCheck, A::Error> {
+                let f = Full::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(CountCheck {
+                    max: f.max.0,
+                    severity: f.severity,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Which memory series a check reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Series {
+    /// Resident set size of the node's whole process tree.
+    #[default]
+    Rss,
+    /// The node's cgroup memory usage (includes page cache).
+    Cgroup,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrowthCheck {
+    /// The largest acceptable slope, e.g. `20MiB/h`.
+    pub max: GrowthRate,
+    #[serde(default)]
+    pub series: Series,
+    /// Samples this soon after each (re)start are left out of the slope.
+    #[serde(default = "default_warmup", skip_serializing)]
+    pub warmup: Dur,
+    #[serde(default)]
+    pub severity: Severity,
+}
+
+fn default_warmup() -> Dur {
+    Dur(std::time::Duration::from_secs(10))
+}
+
+/// `peak_memory: { max: 512MiB, series: cgroup }`
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeakCheck {
+    pub max: Size,
+    #[serde(default)]
+    pub series: Series,
+    #[serde(default)]
+    pub severity: Severity,
+}
+
+/// `disk: { max: 4GiB }`: the data directory's largest size.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiskCheck {
+    pub max: Size,
+    #[serde(default)]
+    pub severity: Severity,
+}
+
+/// `throughput: { min: 5000/s }`: acknowledged operations per second of load.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThroughputCheck {
+    pub min: Rate,
+    #[serde(default)]
+    pub severity: Severity,
+}
+
+/// `latency: { percentile: 99, max: 10ms }`, from scheduled start to reply.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LatencyCheck {
+    #[serde(default = "default_percentile")]
+    pub percentile: f64,
+    pub max: Dur,
+    #[serde(default)]
+    pub severity: Severity,
+}
+
+fn default_percentile() -> f64 {
+    99.0
+}
+
+/// `restart_time: { max: 10s }`: the slowest restart to ready.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestartTimeCheck {
+    pub max: Dur,
+    #[serde(default)]
+    pub severity: Severity,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Checks {
+    pub lost_writes: Option<CountCheck>,
+    pub corrupted_writes: Option<CountCheck>,
+    pub oom_kills: Option<CountCheck>,
+    /// Deaths that were neither soak's doing nor the OOM killer's.
+    pub crashes: Option<CountCheck>,
+    pub memory_growth: Option<GrowthCheck>,
+    pub peak_memory: Option<PeakCheck>,
+    pub disk: Option<DiskCheck>,
+    pub throughput: Option<ThroughputCheck>,
+    pub latency: Option<LatencyCheck>,
+    pub restart_time: Option<RestartTimeCheck>,
+}
+
+fn has_phase(phases: &[Phase], f: &dyn Fn(&Phase) -> bool) -> bool {
+    phases.iter().any(|p| match p {
+        Phase::Repeat { phases, .. } => has_phase(phases, f),
+        p => f(p),
+    })
+}
+
+impl Checks {
+    /// Checks that cannot be measured by this suite.
+    pub fn problems(&self, s: &Suite) -> Vec<(String, String)> {
+        let mut out = vec![];
+        let verifies = has_phase(&s.phases, &|p| matches!(p, Phase::Verify));
+        for (name, set) in [
+            ("lost_writes", self.lost_writes.is_some()),
+            ("corrupted_writes", self.corrupted_writes.is_some()),
+        ] {
+            if set && !verifies {
+                out.push((format!("checks.{name}"), format!("`{name}` is measured by a `verify` phase, and the suite has none: add `- verify` after a restart")));
+            }
+        }
+        let loads = has_phase(&s.phases, &|p| {
+            matches!(p, Phase::Run(_) | Phase::Load | Phase::Chaos(_))
+        });
+        for (name, set) in [
+            ("throughput", self.throughput.is_some()),
+            ("latency", self.latency.is_some()),
+        ] {
+            if set && (s.workload.is_none() || !loads) {
+                out.push((format!("checks.{name}"), format!("`{name}` is measured on the built-in workload: add a `workload:` and a `run` phase")));
+            }
+        }
+        if let Some(l) = &self.latency {
+            if !(l.percentile > 0.0 && l.percentile < 100.0) {
+                out.push((
+                    "checks.latency.percentile".into(),
+                    "the percentile is between 0 and 100 (exclusive), e.g. 99 or 99.9".into(),
+                ));
+            }
+        }
+        if let Some(p) = &self.peak_memory {
+            if let Some(limit) = s.limits.memory {
+                if p.max.0 > limit.0 {
+                    out.push((
+                        "checks.peak_memory.max".into(),
+                        format!(
+                            "the check allows more than limits.memory ({}): it can never fail",
+                            crate::units::Bytes(limit.0)
+                        ),
+                    ));
+                }
+            }
+        }
+        out
+    }
+}

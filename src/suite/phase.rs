@@ -1,0 +1,346 @@
+//! Phases: the steps of a suite. A phase is a bare word (`- start`) or a
+//! one-key map (`- run: 20s`), read by hand so that each form gets its own
+//! message.
+
+use std::fmt;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+
+use super::values::{did_you_mean, Count, Dur, Sig, Size};
+
+pub const PHASES: [&str; 13] = [
+    "load", "run", "kill", "start", "stop", "restart", "pause", "wait", "exec", "limit", "verify",
+    "repeat", "chaos",
+];
+
+/// One step of a suite.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Write every key of the workload once, as fast as the node takes it.
+    Load,
+    /// Drive the workload for this long.
+    Run(#[serde(serialize_with = "secs")] Duration),
+    /// Send a signal to the node's process group and wait for it to die.
+    Kill(Sig),
+    /// Start the node again and wait until it is ready.
+    Start,
+    /// Stop the node gracefully (the suite's stop signal, then SIGKILL).
+    Stop,
+    /// Stop gracefully, then start.
+    Restart,
+    /// SIGSTOP the node for this long, then SIGCONT; the load goes on.
+    Pause(#[serde(serialize_with = "secs")] Duration),
+    /// Let time pass with no load (the node is still watched).
+    Wait(#[serde(serialize_with = "secs")] Duration),
+    /// Run a command (never through a shell unless it names one).
+    Exec(ExecSpec),
+    /// Change the node's memory limit while it runs.
+    Limit(Size),
+    /// Read back every key the ledger knows and classify it.
+    Verify,
+    /// Run these phases this many times.
+    Repeat { times: u64, phases: Vec<Phase> },
+    /// Random kills, pauses and restarts under load, from a seed.
+    Chaos(ChaosSpec),
+}
+
+fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+/// `exec: [argv...]` or `exec: { command: [...], timeout: 60s, expect: 0 }`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExecSpec {
+    pub command: Vec<String>,
+    #[serde(serialize_with = "secs")]
+    pub timeout: Duration,
+    /// The exit code that counts as success.
+    pub expect: i32,
+}
+
+/// What chaos may do to the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// The chaos signal (SIGKILL by default), then a start.
+    Kill,
+    /// SIGSTOP for the pause time, then SIGCONT.
+    Pause,
+    /// A graceful stop, then a start.
+    Restart,
+}
+
+pub const ACTIONS: [&str; 3] = ["kill", "pause", "restart"];
+
+/// `chaos: { during: 10m, every: 30s..2m, actions: [kill, pause], seed: 7 }`
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChaosSpec {
+    #[serde(serialize_with = "secs")]
+    pub during: Duration,
+    #[serde(serialize_with = "secs")]
+    pub every_min: Duration,
+    #[serde(serialize_with = "secs")]
+    pub every_max: Duration,
+    pub actions: Vec<Action>,
+    /// Fixed seed for this schedule; without it, the run's seed.
+    pub seed: Option<u64>,
+    /// How long a `pause` action holds the node.
+    #[serde(serialize_with = "secs")]
+    pub pause: Duration,
+    pub signal: Sig,
+}
+
+/// A span `30s..2m`, or one duration `1m` (min = max).
+fn parse_every(s: &str) -> Result<(Duration, Duration), String> {
+    let (a, b) = s.split_once("..").unwrap_or((s, s));
+    let a = crate::units::parse_duration(a).map_err(|e| e.to_string())?;
+    let b = crate::units::parse_duration(b).map_err(|e| e.to_string())?;
+    if a.is_zero() || a > b {
+        return Err(format!(
+            "`every: {s}`: write MIN..MAX with 0 < MIN <= MAX, e.g. 30s..2m"
+        ));
+    }
+    Ok((a, b))
+}
+
+impl<'de> Deserialize<'de> for ChaosSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Raw {
+            during: Dur,
+            every: String,
+            #[serde(default = "default_actions")]
+            actions: Vec<Action>,
+            seed: Option<Count>,
+            #[serde(default = "default_pause")]
+            pause: Dur,
+            #[serde(default = "default_chaos_signal")]
+            signal: Sig,
+        }
+        fn default_actions() -> Vec<Action> {
+            vec![Action::Kill]
+        }
+        fn default_pause() -> Dur {
+            Dur(Duration::from_secs(5))
+        }
+        fn default_chaos_signal() -> Sig {
+            Sig(Signal::SIGKILL)
+        }
+        let r = Raw::deserialize(d)?;
+        let (every_min, every_max) = parse_every(&r.every).map_err(de::Error::custom)?;
+        if r.actions.is_empty() {
+            return Err(de::Error::custom(
+                "`actions` is empty: give at least one of kill, pause, restart",
+            ));
+        }
+        Ok(ChaosSpec {
+            during: r.during.0,
+            every_min,
+            every_max,
+            actions: r.actions,
+            seed: r.seed.map(|s| s.0),
+            pause: r.pause.0,
+            signal: r.signal,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for ExecSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Full {
+            command: Vec<String>,
+            #[serde(default = "default_exec_timeout")]
+            timeout: Dur,
+            #[serde(default)]
+            expect: i32,
+        }
+        fn default_exec_timeout() -> Dur {
+            Dur(Duration::from_secs(60))
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ExecSpec;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a command as a list, e.g. [\"ldb\", \"--db=${DATA_DIR}\", \"checkconsistency\"], or { command: [...], timeout: 60s, expect: 0 }")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ExecSpec, A::Error> {
+                let command =
+                    Vec::<String>::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
+                Ok(ExecSpec {
+                    command,
+                    timeout: default_exec_timeout().0,
+                    expect: 0,
+                })
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ExecSpec, A::Error> {
+                let f = Full::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(ExecSpec {
+                    command: f.command,
+                    timeout: f.timeout.0,
+                    expect: f.expect,
+                })
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ExecSpec, E> {
+                Err(E::custom(format!(
+                    "`exec: {v}`: give the command as a list of arguments, e.g. [\"sh\", \"-c\", \"{v}\"]; soak runs no shell unless you name one"
+                )))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `repeat: { times: 3, phases: [...] }`
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RepeatSpec {
+    times: Count,
+    phases: Vec<Phase>,
+}
+
+fn unknown(word: &str) -> String {
+    format!(
+        "unknown phase `{word}`{}; phases: {}",
+        did_you_mean(word, PHASES),
+        PHASES.join(", ")
+    )
+}
+
+impl<'de> Deserialize<'de> for Phase {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Phase;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(
+                    f,
+                    "a phase: one of {} (e.g. `- run: 20s` or `- start`)",
+                    PHASES.join(", ")
+                )
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Phase, E> {
+                match v {
+                    "load" => Ok(Phase::Load),
+                    "start" => Ok(Phase::Start),
+                    "stop" => Ok(Phase::Stop),
+                    "restart" => Ok(Phase::Restart),
+                    "verify" => Ok(Phase::Verify),
+                    "kill" => Ok(Phase::Kill(Sig(Signal::SIGKILL))),
+                    "run" | "pause" | "wait" => Err(E::custom(format!("`{v}` needs a duration: write `- {v}: 30s`"))),
+                    "limit" => Err(E::custom("`limit` needs a size: write `- limit: 128MiB`")),
+                    "exec" => Err(E::custom("`exec` needs a command: write `- exec: [\"cmd\", \"arg\"]`")),
+                    "repeat" => Err(E::custom("`repeat` needs times and phases: write `- repeat: { times: 3, phases: [...] }`")),
+                    "chaos" => Err(E::custom("`chaos` needs a schedule: write `- chaos: { during: 5m, every: 20s..1m, actions: [kill, pause] }`")),
+                    other => Err(E::custom(unknown(other))),
+                }
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Phase, A::Error> {
+                let Some(key) = map.next_key::<String>()? else {
+                    return Err(de::Error::custom(
+                        "an empty map is not a phase: write e.g. `- run: 30s`",
+                    ));
+                };
+                let phase = match key.as_str() {
+                    "run" => Phase::Run(map.next_value::<Dur>()?.0),
+                    "pause" => Phase::Pause(map.next_value::<Dur>()?.0),
+                    "wait" => Phase::Wait(map.next_value::<Dur>()?.0),
+                    "kill" => Phase::Kill(map.next_value::<Sig>()?),
+                    "limit" => Phase::Limit(map.next_value::<Size>()?),
+                    "exec" => Phase::Exec(map.next_value::<ExecSpec>()?),
+                    "chaos" => Phase::Chaos(map.next_value::<ChaosSpec>()?),
+                    "repeat" => {
+                        let r: RepeatSpec = map.next_value()?;
+                        if r.times.0 == 0 {
+                            return Err(de::Error::custom("`repeat` needs `times` of at least 1"));
+                        }
+                        Phase::Repeat {
+                            times: r.times.0,
+                            phases: r.phases,
+                        }
+                    }
+                    "load" => {
+                        let what: String = map.next_value()?;
+                        if what != "all" {
+                            return Err(de::Error::custom(format!("`load: {what}`: the load phase fills the whole key space: write `- load: all` (or a bare `- load`)")));
+                        }
+                        Phase::Load
+                    }
+                    "verify" => {
+                        let what: String = map.next_value()?;
+                        if what != "acknowledged-writes" {
+                            return Err(de::Error::custom(format!(
+                                "`verify: {what}`: the only verification is `acknowledged-writes` (or a bare `- verify`)"
+                            )));
+                        }
+                        Phase::Verify
+                    }
+                    "start" | "stop" | "restart" => {
+                        return Err(de::Error::custom(format!(
+                            "`{key}` takes no value: write `- {key}`"
+                        )))
+                    }
+                    other => return Err(de::Error::custom(unknown(other))),
+                };
+                if let Some(extra) = map.next_key::<String>()? {
+                    return Err(de::Error::custom(format!(
+                        "one phase per list item: `{extra}` must start its own `- {extra}: ...` line"
+                    )));
+                }
+                Ok(phase)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Phase {
+    pub fn word(&self) -> &'static str {
+        match self {
+            Phase::Load => "load",
+            Phase::Run(_) => "run",
+            Phase::Kill(_) => "kill",
+            Phase::Start => "start",
+            Phase::Stop => "stop",
+            Phase::Restart => "restart",
+            Phase::Pause(_) => "pause",
+            Phase::Wait(_) => "wait",
+            Phase::Exec(_) => "exec",
+            Phase::Limit(_) => "limit",
+            Phase::Verify => "verify",
+            Phase::Repeat { .. } => "repeat",
+            Phase::Chaos(_) => "chaos",
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let d = |d: &Duration| crate::report::human_duration(*d);
+        match self {
+            Phase::Run(x) | Phase::Pause(x) | Phase::Wait(x) => {
+                write!(f, "{} {}", self.word(), d(x))
+            }
+            Phase::Kill(s) => write!(f, "kill {s}"),
+            Phase::Exec(e) => write!(f, "exec {}", e.command.join(" ")),
+            Phase::Limit(s) => write!(f, "limit {}", crate::units::Bytes(s.0)),
+            Phase::Repeat { times, phases } => {
+                write!(f, "repeat {times}x ({} phases)", phases.len())
+            }
+            Phase::Chaos(c) => write!(
+                f,
+                "chaos {} every {}..{}",
+                d(&c.during),
+                d(&c.every_min),
+                d(&c.every_max)
+            ),
+            _ => f.write_str(self.word()),
+        }
+    }
+}
