@@ -216,11 +216,18 @@ impl Suite {
                 .location()
                 .map(|l| (l.line(), l.column()))
                 .unwrap_or((0, 0));
+            let (deeper, message) = explain_serde(&inner.to_string(), &path);
+            // A value that named an item inside itself: point at that item.
+            let (line, column) = match locate::position(text, &deeper) {
+                Some(at) if deeper != path => at,
+                _ => (line, column),
+            };
+            let path = deeper;
             SuiteError {
                 file: file.to_path_buf(),
                 line,
                 column,
-                message: explain_serde(&inner.to_string(), &path),
+                message,
                 path,
             }
         })?;
@@ -442,25 +449,40 @@ fn collect_execs<'a>(phases: &'a [Phase], at: &str, out: &mut Vec<(String, &'a E
     }
 }
 
-/// Adds a near-miss hint to serde's "unknown field" messages.
-fn explain_serde(msg: &str, path: &str) -> String {
-    // serde_norway appends " at line L column C"; the location is shown apart.
-    let msg = match msg.find(" at line ") {
+/// Cleans serde's message: drops the location and the path prefixes that
+/// serde_norway adds (both are shown apart), moves an item index that a
+/// value's own error names (`allocator[1]: ...`) into the path, and adds a
+/// near-miss hint to "unknown field" and a fix to YAML's tab complaint.
+fn explain_serde(msg: &str, path: &str) -> (String, String) {
+    let mut msg = match msg.find(" at line ") {
         Some(i) => &msg[..i],
         None => msg,
     };
-    let msg = msg.trim_start_matches(&format!("{path}: ")).to_string();
+    let mut path = path.to_string();
+    // Leading `a.b[2]: ` words, as long as they are a path.
+    while let Some((head, rest)) = msg.split_once(": ") {
+        if head.is_empty() || head.contains(' ') || head.contains('`') {
+            break;
+        }
+        if !path.starts_with(head) && head.contains('[') {
+            // An item of the value at `path`, named by its own error.
+            path = if path.is_empty() { head.to_string() } else { format!("{path}.{head}") };
+        } else if !path.starts_with(head) {
+            break;
+        }
+        msg = rest;
+    }
+    let mut msg = msg.to_string();
     if let Some(rest) = msg.strip_prefix("unknown field `") {
         if let Some((field, expected)) = rest.split_once('`') {
             let candidates: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
-            let candidates = if candidates.is_empty() {
-                TOP_KEYS.to_vec()
-            } else {
-                candidates
-            };
+            let candidates = if candidates.is_empty() { TOP_KEYS.to_vec() } else { candidates };
             let hint = values::did_you_mean(field, candidates.iter().copied());
-            return format!("{msg}{hint}");
+            msg = format!("{msg}{hint}");
         }
     }
-    msg
+    if msg.contains("cannot start any token") {
+        msg.push_str(" (a tab? YAML indents with spaces only)");
+    }
+    (path, msg)
 }
