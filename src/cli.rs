@@ -52,6 +52,8 @@ enum Command {
         #[arg(required = true)]
         suites: Vec<PathBuf>,
     },
+    /// Print the JSON Schema of suites (for editors: see the README).
+    Schema,
     /// Remove what interrupted runs left: processes and cgroups labelled by soak.
     Cleanup {
         /// Only this run id (the suffix of the report folder).
@@ -106,6 +108,10 @@ pub fn main() -> i32 {
                 }
             }
             code
+        }
+        Command::Schema => {
+            println!("{}", crate::suite::schema::suite_schema());
+            exit::PASS
         }
         Command::Cleanup { run } => {
             let cleaned = crate::cleanup::cleanup(run.as_deref());

@@ -16,7 +16,11 @@ fn malformed_suites_are_refused_with_a_clear_message() {
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
     files.sort();
-    assert!(files.len() >= 30, "the corpus has only {} suites", files.len());
+    assert!(
+        files.len() >= 30,
+        "the corpus has only {} suites",
+        files.len()
+    );
     for file in files {
         let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
         let rel = Path::new("tests/malformed").join(file.file_name().unwrap());
@@ -46,5 +50,10 @@ fn soak_validate_exits_2_on_a_malformed_suite_and_0_on_a_good_one() {
         .arg(root.join("suites/smoke.yaml"))
         .output()
         .unwrap();
-    assert_eq!(good.status.code(), Some(0), "{}", String::from_utf8_lossy(&good.stderr));
+    assert_eq!(
+        good.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&good.stderr)
+    );
 }

@@ -10,7 +10,9 @@ use super::values::{Count, Dur, GrowthRate, Rate, Size};
 use super::{Phase, Suite};
 
 /// What a check does when its limit is exceeded.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     #[default]
@@ -76,7 +78,9 @@ impl<'de> Deserialize<'de> for CountCheck {
 }
 
 /// Which memory series a check reads.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Series {
     /// Resident set size of the node's whole process tree.
@@ -86,7 +90,7 @@ pub enum Series {
     Cgroup,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrowthCheck {
     /// The largest acceptable slope, e.g. `20MiB/h`.
@@ -105,7 +109,7 @@ fn default_warmup() -> Dur {
 }
 
 /// `peak_memory: { max: 512MiB, series: cgroup }`
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PeakCheck {
     pub max: Size,
@@ -116,7 +120,7 @@ pub struct PeakCheck {
 }
 
 /// `disk: { max: 4GiB }`: the data directory's largest size.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DiskCheck {
     pub max: Size,
@@ -125,7 +129,7 @@ pub struct DiskCheck {
 }
 
 /// `throughput: { min: 5000/s }`: acknowledged operations per second of load.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ThroughputCheck {
     pub min: Rate,
@@ -134,7 +138,7 @@ pub struct ThroughputCheck {
 }
 
 /// `latency: { percentile: 99, max: 10ms }`, from scheduled start to reply.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LatencyCheck {
     #[serde(default = "default_percentile")]
@@ -149,7 +153,7 @@ fn default_percentile() -> f64 {
 }
 
 /// `restart_time: { max: 10s }`: the slowest restart to ready.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RestartTimeCheck {
     pub max: Dur,
@@ -157,7 +161,7 @@ pub struct RestartTimeCheck {
     pub severity: Severity,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Checks {
     pub lost_writes: Option<CountCheck>,

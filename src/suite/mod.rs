@@ -11,6 +11,7 @@ pub mod checks;
 pub mod locate;
 pub mod matrix;
 pub mod phase;
+pub mod schema;
 pub mod template;
 pub mod values;
 
@@ -28,7 +29,7 @@ pub use values::{Count, Dur, GrowthRate, Rate, Sig, Size};
 use crate::driver::allocator::Profile;
 
 /// A whole suite, as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Suite {
     pub name: String,
@@ -45,7 +46,7 @@ pub struct Suite {
 }
 
 /// The system under test: any process that serves the workload's protocol.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSpec {
     /// The argv, templated; never run through a shell.
@@ -61,7 +62,7 @@ pub struct NodeSpec {
 }
 
 /// How to tell that the node serves: a RESP PING answered, or a TCP connect.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Ready {
     pub resp: Option<String>,
@@ -74,7 +75,7 @@ fn default_ready_timeout() -> Dur {
     Dur(std::time::Duration::from_secs(30))
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsSpec {
     pub prometheus: String,
@@ -82,7 +83,7 @@ pub struct MetricsSpec {
 
 /// A graceful stop: this signal to the node's process group, then SIGKILL
 /// after the grace period.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StopSpec {
     #[serde(default = "default_stop_signal")]
@@ -107,7 +108,7 @@ impl Default for StopSpec {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     pub memory: Option<Size>,
@@ -115,7 +116,7 @@ pub struct Limits {
 }
 
 /// The built-in RESP load.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Workload {
     pub resp: RespTarget,
@@ -137,14 +138,14 @@ fn default_timeout() -> Dur {
     Dur(std::time::Duration::from_secs(5))
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RespTarget {
     pub target: String,
 }
 
 /// Shares of each operation; they need not add up to 1.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Mix {
     #[serde(default)]
@@ -466,7 +467,11 @@ fn explain_serde(msg: &str, path: &str) -> (String, String) {
         }
         if !path.starts_with(head) && head.contains('[') {
             // An item of the value at `path`, named by its own error.
-            path = if path.is_empty() { head.to_string() } else { format!("{path}.{head}") };
+            path = if path.is_empty() {
+                head.to_string()
+            } else {
+                format!("{path}.{head}")
+            };
         } else if !path.starts_with(head) {
             break;
         }
@@ -476,7 +481,11 @@ fn explain_serde(msg: &str, path: &str) -> (String, String) {
     if let Some(rest) = msg.strip_prefix("unknown field `") {
         if let Some((field, expected)) = rest.split_once('`') {
             let candidates: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
-            let candidates = if candidates.is_empty() { TOP_KEYS.to_vec() } else { candidates };
+            let candidates = if candidates.is_empty() {
+                TOP_KEYS.to_vec()
+            } else {
+                candidates
+            };
             let hint = values::did_you_mean(field, candidates.iter().copied());
             msg = format!("{msg}{hint}");
         }

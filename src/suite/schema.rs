@@ -1,0 +1,153 @@
+//! The JSON Schema of suites (`soak schema`), for editor completion and
+//! checking with yaml-language-server. Plain structs derive theirs; the
+//! values soak reads by hand (units, signals, phases, matrices,
+//! allocators) describe theirs here, with patterns an editor can check.
+
+use std::borrow::Cow;
+
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+
+use super::checks::CountCheck;
+use super::matrix::{Matrix, CODECS};
+use super::phase::{Phase, ACTIONS, PHASES};
+use super::values::{Count, Dur, GrowthRate, Rate, Sig, Size, SIGNALS};
+use super::Suite;
+use crate::driver::allocator::{Profile, GLIBC_OPTIONS, KINDS};
+
+const SIZE: &str = r"^\s*[0-9][0-9_]*(\.[0-9]+)?\s*(B|KiB|MiB|GiB|TiB|KB|kB|MB|GB|TB|K|M|G|T)?\s*$";
+const DURATION: &str = r"^\s*[0-9][0-9_]*(\.[0-9]+)?\s*(ms|s|sec|m|min|h)\s*$";
+
+macro_rules! manual {
+    ($ty:ty, $name:literal, |$g:ident| $body:expr) => {
+        impl JsonSchema for $ty {
+            fn schema_name() -> Cow<'static, str> {
+                $name.into()
+            }
+            fn json_schema($g: &mut SchemaGenerator) -> Schema {
+                let _ = &$g;
+                $body
+            }
+        }
+    };
+}
+
+manual!(Size, "Size", |g| json_schema!({
+    "description": "A size: B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000), e.g. 256MiB",
+    "anyOf": [{ "type": "integer", "minimum": 0 }, { "type": "string", "pattern": SIZE }]
+}));
+manual!(Dur, "Duration", |g| json_schema!({
+    "description": "A duration: ms, s, m or h, e.g. 90s",
+    "type": "string", "pattern": DURATION
+}));
+manual!(Rate, "Rate", |g| json_schema!({
+    "description": "Operations per second, e.g. 20000/s or 20k/s",
+    "type": "string", "pattern": r"^\s*[0-9][0-9_]*(\.[0-9]+)?\s*(k|K|M)?/s\s*$"
+}));
+manual!(Count, "Count", |g| json_schema!({
+    "description": "A whole number; `_` may group digits (100_000)",
+    "anyOf": [{ "type": "integer", "minimum": 0 }, { "type": "string", "pattern": r"^[0-9][0-9_]*$" }]
+}));
+manual!(GrowthRate, "GrowthRate", |g| json_schema!({
+    "description": "A size per hour, minute or second, e.g. 20MiB/h",
+    "type": "string", "pattern": r"^\s*[0-9][0-9_]*(\.[0-9]+)?\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)?\s*/(h|m|min|s)\s*$"
+}));
+manual!(Sig, "Signal", |g| {
+    let mut names: Vec<String> = SIGNALS.iter().map(|s| s.to_string()).collect();
+    names.extend(
+        SIGNALS
+            .iter()
+            .map(|s| s.trim_start_matches("SIG").to_string()),
+    );
+    json_schema!({ "description": "A signal name", "enum": names })
+});
+manual!(CountCheck, "CountCheck", |g| json_schema!({
+    "description": "The most allowed: a number, or { max, severity }",
+    "anyOf": [
+        { "type": "integer", "minimum": 0 },
+        { "type": "object", "additionalProperties": false, "required": ["max"],
+          "properties": { "max": { "type": "integer", "minimum": 0 }, "severity": { "enum": ["fail", "warn"] } } }
+    ]
+}));
+manual!(Profile, "Allocator", |g| {
+    let options = |kind: &str| -> serde_json::Value {
+        if kind == "glibc" {
+            let props: serde_json::Map<String, serde_json::Value> = GLIBC_OPTIONS
+                .iter()
+                .chain(["name"].iter())
+                .map(|o| (o.to_string(), serde_json::json!({})))
+                .collect();
+            serde_json::json!({ "type": "object", "additionalProperties": false, "properties": props })
+        } else if kind == "custom" {
+            serde_json::json!({ "type": "object", "required": ["preload"], "properties": { "preload": { "type": "string" }, "name": { "type": "string" } } })
+        } else {
+            serde_json::json!({ "type": "object", "description": "settings passed to the allocator (MALLOC_CONF, MIMALLOC_*, TCMALLOC_*)" })
+        }
+    };
+    let props: serde_json::Map<String, serde_json::Value> =
+        KINDS.iter().map(|k| (k.to_string(), options(k))).collect();
+    json_schema!({
+        "description": "An allocator: a name, or a one-key map of its settings",
+        "anyOf": [
+            { "enum": ["glibc", "jemalloc", "mimalloc", "tcmalloc"] },
+            { "type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": false, "properties": props }
+        ]
+    })
+});
+manual!(Matrix, "Matrix", |g| {
+    let profile = g.subschema_for::<Profile>();
+    json_schema!({
+        "description": "Axes, each a list of values (a word, a number, or a map of fields; `name` names it in cell ids). Fields called compression or *_compression take RocksDB's codecs.",
+        "type": "object",
+        "properties": {
+            "allocator": { "type": "array", "minItems": 1, "items": profile },
+            "include": { "type": "array", "items": { "type": "object" } },
+            "exclude": { "type": "array", "items": { "type": "object" } }
+        },
+        "additionalProperties": {
+            "type": "array", "minItems": 1,
+            "items": { "anyOf": [
+                { "type": ["string", "number", "boolean"] },
+                { "type": "object", "properties": { "compression": { "enum": CODECS }, "bottommost_compression": { "enum": CODECS } },
+                  "additionalProperties": { "type": ["string", "number", "boolean"] } }
+            ] }
+        }
+    })
+});
+manual!(Phase, "Phase", |g| {
+    let (dur, sig, size) = (
+        g.subschema_for::<Dur>(),
+        g.subschema_for::<Sig>(),
+        g.subschema_for::<Size>(),
+    );
+    let (count, phase) = (g.subschema_for::<Count>(), g.subschema_for::<Phase>());
+    let argv = serde_json::json!({ "type": "array", "items": { "type": "string" }, "minItems": 1 });
+    json_schema!({
+        "description": format!("A phase: {}", PHASES.join(", ")),
+        "anyOf": [
+            { "enum": ["load", "start", "stop", "restart", "verify", "kill"] },
+            { "type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": false,
+              "properties": {
+                "run": dur, "pause": dur, "wait": dur, "kill": sig, "limit": size,
+                "load": { "const": "all" },
+                "verify": { "const": "acknowledged-writes" },
+                "exec": { "anyOf": [argv, { "type": "object", "additionalProperties": false, "required": ["command"],
+                    "properties": { "command": argv, "timeout": dur, "expect": { "type": "integer" } } }] },
+                "repeat": { "type": "object", "additionalProperties": false, "required": ["times", "phases"],
+                    "properties": { "times": count, "phases": { "type": "array", "items": phase } } },
+                "chaos": { "type": "object", "additionalProperties": false, "required": ["during", "every"],
+                    "properties": {
+                        "during": dur,
+                        "every": { "type": "string", "description": "MIN..MAX between actions, e.g. 30s..2m" },
+                        "actions": { "type": "array", "items": { "enum": ACTIONS } },
+                        "seed": count, "pause": dur, "signal": sig
+                    } }
+              } }
+        ]
+    })
+});
+
+/// The schema of a whole suite, as pretty JSON.
+pub fn suite_schema() -> String {
+    let schema = schemars::schema_for!(Suite);
+    serde_json::to_string_pretty(&schema).expect("a schema serializes")
+}
