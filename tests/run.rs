@@ -315,3 +315,91 @@ fn an_interrupted_run_still_reports_and_leaves_nothing() {
     };
     assert_nothing_left(&run);
 }
+
+fn chaos_actions(run: &Run) -> Vec<(u64, String, String)> {
+    run.cell()["chaos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["seed"].as_u64().unwrap(),
+                format!("{:.3}", c["at_s"].as_f64().unwrap()),
+                c["action"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_same_seed_replays_the_same_chaos_schedule() {
+    let a = soak_run("tests/suites/chaos.yaml", &["--seed", "42"]);
+    assert_eq!(a.code(), 0, "{}", a.stderr());
+    let b = soak_run("tests/suites/chaos.yaml", &["--seed", "42"]);
+    assert_eq!(b.code(), 0, "{}", b.stderr());
+    let c = soak_run("tests/suites/chaos.yaml", &["--seed", "43"]);
+    let (ea, eb, ec) = (chaos_actions(&a), chaos_actions(&b), chaos_actions(&c));
+    assert!(ea.len() >= 3, "{ea:?}");
+    assert_eq!(ea, eb, "seed 42 twice gave two schedules");
+    assert_ne!(ea, ec, "seeds 42 and 43 gave the same schedule");
+    assert_eq!(a.summary()["seed"], 42);
+    // Every kill and restart shows as a chaos restart; nothing was lost.
+    let restarts = a.cell()["restarts"].as_array().unwrap().len();
+    let disruptive = ea.iter().filter(|e| e.2 != "pause").count();
+    assert_eq!(restarts, disruptive);
+    assert_eq!(a.cell()["integrity"]["lost"], 0);
+}
+
+fn cell_ids(run: &Run) -> Vec<String> {
+    run.summary()["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn only_and_shard_select_cells_of_a_matrix() {
+    let only = soak_run("tests/suites/matrix.yaml", &["--only", "storage=small"]);
+    assert_eq!(only.code(), 0, "{}", only.stderr());
+    assert_eq!(
+        cell_ids(&only),
+        [
+            "allocator=glibc,storage=small",
+            "allocator=jemalloc,storage=small",
+            "allocator=glibc-arena2,storage=small"
+        ]
+    );
+    let je = &only.summary()["cells"][1];
+    assert_eq!(je["params"]["allocator"], "jemalloc");
+    assert!(
+        je["allocator"]
+            .as_str()
+            .unwrap()
+            .starts_with("jemalloc (libjemalloc2"),
+        "{}",
+        je["allocator"]
+    );
+    let glob = soak_run("tests/suites/matrix.yaml", &["--only", "allocator=glibc-*"]);
+    assert_eq!(
+        cell_ids(&glob),
+        [
+            "allocator=glibc-arena2,storage=small",
+            "allocator=glibc-arena2,storage=large"
+        ]
+    );
+    let mut union = vec![];
+    for i in 1..=4 {
+        let shard = soak_run("tests/suites/matrix.yaml", &["--shard", &format!("{i}/4")]);
+        assert_eq!(shard.code(), 0, "{}", shard.stderr());
+        assert_eq!(shard.summary()["shard"], format!("{i}/4"));
+        union.extend(cell_ids(&shard));
+    }
+    union.sort();
+    assert_eq!(union.len(), 6, "{union:?}");
+    union.dedup();
+    assert_eq!(union.len(), 6, "a cell ran in two shards");
+    let none = soak_run("tests/suites/matrix.yaml", &["--only", "nothing-matches"]);
+    assert_eq!(none.code(), 2);
+}
