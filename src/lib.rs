@@ -13,6 +13,8 @@ pub mod cleanup;
 pub mod cli;
 pub mod driver;
 pub mod exit;
+pub mod glob;
+#[cfg(feature = "node")]
 pub mod node;
 pub mod report;
 pub mod run;

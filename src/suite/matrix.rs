@@ -273,7 +273,7 @@ pub fn only(cells: Vec<CellDef>, pattern: &str) -> Vec<CellDef> {
         .into_iter()
         .filter(|c| {
             if glob {
-                crate::node::server::glob_match(pattern.as_bytes(), c.id.as_bytes())
+                crate::glob::glob_match(pattern.as_bytes(), c.id.as_bytes())
             } else {
                 c.id.contains(pattern)
             }
