@@ -495,15 +495,21 @@ async fn run_cell(
         .as_ref()
         .map(|g| g.warmup.0.as_secs_f64() * opts.duration_scale)
         .unwrap_or(10.0);
+    let rss = analysis::analyse(&samples, |s| s.rss, warmup, memory_limit);
+    let cgroup_series = analysis::analyse(&samples, |s| s.cgroup, warmup, memory_limit);
+    let disk = analysis::analyse(&samples, |s| s.disk, warmup, None);
     let memory = MemorySummary {
-        peak_rss_bytes: samples.iter().map(|s| s.rss).max().unwrap_or(0),
-        peak_cgroup_bytes: samples.iter().map(|s| s.cgroup).max().unwrap_or(0),
+        peak_rss_bytes: rss.peak,
+        peak_cgroup_bytes: cgroup_series.peak,
         limit_bytes: memory_limit,
-        slope_bytes_per_hour: analysis::growth_per_hour(&samples, |s| s.rss, warmup),
-        cgroup_slope_bytes_per_hour: analysis::growth_per_hour(&samples, |s| s.cgroup, warmup),
+        slope_bytes_per_hour: rss.slope_per_hour,
+        cgroup_slope_bytes_per_hour: cgroup_series.slope_per_hour,
         oom_kills,
         samples: samples.len(),
-        peak_disk_bytes: samples.iter().map(|s| s.disk).max().unwrap_or(0),
+        peak_disk_bytes: disk.peak,
+        rss,
+        cgroup: cgroup_series,
+        disk,
     };
     let crashes = restarts.iter().filter(|r| r.reason == "crash").count() as u64;
     let max_restart_ms = restarts.iter().map(|r| r.ready_after_ms).max();
@@ -583,6 +589,10 @@ async fn run_cell(
     ))
 }
 
+/// Significance level of the growth test: a trend must be this unlikely
+/// under "no growth" before a check fails on it.
+pub const GROWTH_ALPHA: f64 = 0.01;
+
 fn verdict_of(ok: bool, severity: Severity) -> Verdict {
     match (ok, severity) {
         (true, _) => Verdict::Pass,
@@ -598,6 +608,7 @@ fn check_count(name: &str, c: Option<CountCheck>, value: u64) -> Option<CheckRes
         verdict: verdict_of(value <= c.max, c.severity),
         value: value.into(),
         limit: c.max.into(),
+        detail: None,
         unit: "count".into(),
     })
 }
@@ -640,16 +651,37 @@ fn evaluate(
             .unwrap_or(serde_json::Value::Null)
     };
     if let Some(g) = &c.memory_growth {
-        let slope = match g.series {
-            Series::Rss => memory.slope_bytes_per_hour,
-            Series::Cgroup => memory.cgroup_slope_bytes_per_hour,
+        let a = match g.series {
+            Series::Rss => &memory.rss,
+            Series::Cgroup => &memory.cgroup,
+        };
+        // Fails only on growth above the limit that is also a significant
+        // trend (analysis::trend): warm-up and sawtooth are not leaks.
+        let growing = match (a.slope_per_hour, a.p_growth) {
+            (Some(s), Some(p)) => s > g.max.0 && p < GROWTH_ALPHA,
+            _ => false,
+        };
+        let mib = |v: Option<f64>| {
+            v.map(|v| format!("{:+.1}", v / 1048576.0))
+                .unwrap_or_else(|| "n/a".into())
         };
         out.push(CheckResult {
             name: format!("memory_growth ({})", series_name(g.series)),
-            verdict: verdict_of(slope.is_none_or(|s| s <= g.max.0), g.severity),
-            value: opt(slope),
+            verdict: verdict_of(!growing, g.severity),
+            value: opt(a.slope_per_hour),
             limit: g.max.0.into(),
             unit: "bytes/h".into(),
+            detail: Some(format!(
+                "95% CI [{}, {}] MiB/h, p = {}{}",
+                mib(a.slope_low_per_hour),
+                mib(a.slope_high_per_hour),
+                a.p_growth
+                    .map(|p| format!("{p:.2e}"))
+                    .unwrap_or_else(|| "n/a".into()),
+                a.hours_to_limit
+                    .map(|h| format!(", limit reached in {h:.1} h"))
+                    .unwrap_or_default()
+            )),
         });
     }
     if let Some(p) = &c.peak_memory {
@@ -662,6 +694,7 @@ fn evaluate(
             verdict: verdict_of(peak <= p.max.0, p.severity),
             value: peak.into(),
             limit: p.max.0.into(),
+            detail: None,
             unit: "bytes".into(),
         });
     }
@@ -672,6 +705,7 @@ fn evaluate(
             verdict: verdict_of(peak <= d.max.0, d.severity),
             value: peak.into(),
             limit: d.max.0.into(),
+            detail: None,
             unit: "bytes".into(),
         });
     }
@@ -682,6 +716,7 @@ fn evaluate(
             verdict: verdict_of(rate >= t.min.0, t.severity),
             value: rate.into(),
             limit: t.min.0.into(),
+            detail: None,
             unit: "ops/s".into(),
         });
     }
@@ -693,6 +728,7 @@ fn evaluate(
             verdict: verdict_of(!l.latency_us.is_empty() && us <= limit_us, t.severity),
             value: (us as f64 / 1000.0).into(),
             limit: (limit_us as f64 / 1000.0).into(),
+            detail: None,
             unit: "ms".into(),
         });
     }
@@ -705,6 +741,7 @@ fn evaluate(
                 .map(serde_json::Value::from)
                 .unwrap_or(serde_json::Value::Null),
             limit: limit.into(),
+            detail: None,
             unit: "ms".into(),
         });
     }
@@ -721,6 +758,7 @@ fn evaluate(
                 .map(serde_json::Value::from)
                 .unwrap_or(serde_json::Value::Null),
             limit: e.expected.into(),
+            detail: None,
             unit: "exit code".into(),
         });
     }

@@ -1,44 +1,9 @@
 //! Analysis of the sampled series: robust trend per segment between
-//! restarts, peaks.
+//! restarts, peaks, steady states, time to the limit.
+
+pub mod trend;
 
 use crate::telemetry::Sample;
-
-/// Most points fed to the O(n²) slope estimator per segment; longer
-/// segments are thinned evenly.
-const MAX_POINTS: usize = 1500;
-
-/// The Theil-Sen estimator: the median of the slopes between all pairs of
-/// points (Theil 1950; Sen 1968). Robust to outliers up to ~29% of the
-/// points, unlike least squares. `None` with fewer than 3 points or no
-/// spread in time.
-pub fn theil_sen(points: &[(f64, f64)]) -> Option<f64> {
-    let slopes = pair_slopes(points);
-    median(slopes)
-}
-
-fn pair_slopes(points: &[(f64, f64)]) -> Vec<f64> {
-    let pts = thin(points);
-    let mut slopes = Vec::with_capacity(pts.len() * pts.len() / 2);
-    for i in 0..pts.len() {
-        for j in i + 1..pts.len() {
-            let dt = pts[j].0 - pts[i].0;
-            if dt > 0.0 {
-                slopes.push((pts[j].1 - pts[i].1) / dt);
-            }
-        }
-    }
-    slopes
-}
-
-fn thin(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
-    if points.len() <= MAX_POINTS {
-        return points.to_vec();
-    }
-    let step = points.len() as f64 / MAX_POINTS as f64;
-    (0..MAX_POINTS)
-        .map(|i| points[(i as f64 * step) as usize])
-        .collect()
-}
 
 pub fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.len() < 2 {
@@ -53,35 +18,84 @@ pub fn median(mut v: Vec<f64>) -> Option<f64> {
     })
 }
 
-/// The growth of a series in bytes per hour: Theil-Sen slopes pooled over
-/// the segments between restarts (a restart's drop is not a trend), each
-/// without its first `warmup_s` seconds.
-pub fn growth_per_hour(
+/// What one memory (or disk) series says, in bytes and bytes per hour.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct SeriesAnalysis {
+    pub peak: u64,
+    /// Median of the last quarter of the last segment: where it settled.
+    pub steady: Option<f64>,
+    /// Theil-Sen slope, bytes per hour, with its 95% interval.
+    pub slope_per_hour: Option<f64>,
+    pub slope_low_per_hour: Option<f64>,
+    pub slope_high_per_hour: Option<f64>,
+    /// One-sided p-value of growth (Mann-Kendall, autocorrelation-corrected).
+    pub p_growth: Option<f64>,
+    /// At the slope, hours from the steady state to the limit.
+    pub hours_to_limit: Option<f64>,
+}
+
+/// The segments between restarts of one series, each without its first
+/// `warmup_s` seconds, as (t, value) points.
+pub fn segments(
     samples: &[Sample],
     value: impl Fn(&Sample) -> u64,
     warmup_s: f64,
-) -> Option<f64> {
-    let mut slopes = vec![];
-    let mut segments: Vec<u32> = samples.iter().map(|s| s.segment).collect();
-    segments.dedup();
-    for seg in segments {
-        let pts: Vec<(f64, f64)> = samples
-            .iter()
-            .filter(|s| s.segment == seg && s.up)
-            .map(|s| (s.t, value(s) as f64))
-            .collect();
-        let Some(start) = pts.first().map(|p| p.0) else {
-            continue;
-        };
-        let kept: Vec<(f64, f64)> = pts
-            .into_iter()
-            .filter(|p| p.0 - start >= warmup_s)
-            .collect();
-        if kept.len() >= 3 {
-            slopes.extend(pair_slopes(&kept));
-        }
+) -> Vec<Vec<(f64, f64)>> {
+    let mut ids: Vec<u32> = samples.iter().map(|s| s.segment).collect();
+    ids.dedup();
+    ids.into_iter()
+        .map(|seg| {
+            let pts: Vec<(f64, f64)> = samples
+                .iter()
+                .filter(|s| s.segment == seg && s.up)
+                .map(|s| (s.t, value(s) as f64))
+                .collect();
+            let start = pts.first().map(|p| p.0).unwrap_or(0.0);
+            pts.into_iter()
+                .filter(|p| p.0 - start >= warmup_s)
+                .collect::<Vec<_>>()
+        })
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+/// Peak, steady state, trend and time to the limit of one series.
+pub fn analyse(
+    samples: &[Sample],
+    value: impl Fn(&Sample) -> u64 + Copy,
+    warmup_s: f64,
+    limit: Option<u64>,
+) -> SeriesAnalysis {
+    let segs = segments(samples, value, warmup_s);
+    let steady = segs.last().and_then(|last| {
+        let tail: Vec<f64> = last[last.len() * 3 / 4..].iter().map(|p| p.1).collect();
+        median(tail).or_else(|| last.last().map(|p| p.1))
+    });
+    let t = trend::growth_trend(&segs);
+    let slope = t.map(|t| t.slope * 3600.0);
+    let hours_to_limit = match (slope, steady, limit) {
+        (Some(s), Some(now), Some(l)) if s > 0.0 => Some(((l as f64 - now) / s).max(0.0)),
+        _ => None,
+    };
+    SeriesAnalysis {
+        peak: samples.iter().map(value).max().unwrap_or(0),
+        steady,
+        slope_per_hour: slope,
+        slope_low_per_hour: t.map(|t| t.low * 3600.0),
+        slope_high_per_hour: t.map(|t| t.high * 3600.0),
+        p_growth: t.map(|t| t.p_up),
+        hours_to_limit,
     }
-    median(slopes).map(|per_s| per_s * 3600.0)
+}
+
+/// The growth of a series in bytes per hour (Theil-Sen, pooled over the
+/// segments between restarts, without warm-up).
+pub fn growth_per_hour(
+    samples: &[Sample],
+    value: impl Fn(&Sample) -> u64 + Copy,
+    warmup_s: f64,
+) -> Option<f64> {
+    analyse(samples, value, warmup_s, None).slope_per_hour
 }
 
 #[cfg(test)]
@@ -93,8 +107,8 @@ mod tests {
         let mut pts: Vec<(f64, f64)> = (0..50).map(|i| (i as f64, 2.0 * i as f64 + 1.0)).collect();
         pts[10].1 = 1e9;
         pts[30].1 = -1e9;
-        assert!((theil_sen(&pts).unwrap() - 2.0).abs() < 1e-9);
-        assert_eq!(theil_sen(&[(0.0, 1.0)]), None);
+        assert!((trend::trend(&[pts]).unwrap().slope - 2.0).abs() < 1e-9);
+        assert_eq!(trend::trend(&[vec![(0.0, 1.0)]]), None);
     }
 
     #[test]

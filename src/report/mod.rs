@@ -94,6 +94,8 @@ pub struct CheckResult {
     pub value: serde_json::Value,
     pub limit: serde_json::Value,
     pub unit: String,
+    /// How the verdict was reached, where it needs more than value and limit.
+    pub detail: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -107,6 +109,11 @@ pub struct MemorySummary {
     pub oom_kills: u64,
     pub samples: usize,
     pub peak_disk_bytes: u64,
+    /// The full analysis of each series: steady state, slope interval,
+    /// significance, time to the limit.
+    pub rss: crate::analysis::SeriesAnalysis,
+    pub cgroup: crate::analysis::SeriesAnalysis,
+    pub disk: crate::analysis::SeriesAnalysis,
 }
 
 #[derive(Debug, Clone, Serialize)]
