@@ -9,22 +9,25 @@ enum Seg {
     Index(usize),
 }
 
+/// `a.b[2][0].c` into keys and indices. Only a trailing `[digits]` is an
+/// index: keys may hold any other character (the fuzzer found `]` in one).
 fn segments(path: &str) -> Vec<Seg> {
     let mut out = vec![];
     for part in path.split('.') {
-        let (name, mut rest) = match part.find('[') {
-            Some(i) => (&part[..i], &part[i..]),
-            None => (part, ""),
-        };
-        if !name.is_empty() {
-            out.push(Seg::Key(name.to_string()));
+        let mut rest = part;
+        let mut indices = vec![];
+        while let Some(body) = rest.strip_suffix(']') {
+            let Some(open) = body.rfind('[') else { break };
+            let Ok(i) = body[open + 1..].parse::<usize>() else {
+                break;
+            };
+            indices.push(Seg::Index(i));
+            rest = &body[..open];
         }
-        while let Some(end) = rest.find(']') {
-            if let Ok(i) = rest[1..end].parse() {
-                out.push(Seg::Index(i));
-            }
-            rest = &rest[end + 1..];
+        if !rest.is_empty() {
+            out.push(Seg::Key(rest.to_string()));
         }
+        out.extend(indices.into_iter().rev());
     }
     out
 }
@@ -127,5 +130,24 @@ mod tests {
         assert_eq!(position(DOC, "phases[1]"), Some((8, 5)));
         assert_eq!(position(DOC, "phases[2]"), Some((9, 5)));
         assert_eq!(position(DOC, "node.missing"), None);
+    }
+
+    #[test]
+    fn odd_keys_are_keys() {
+        // Found by the fuzzer: a key with a `]` before any `[` panicked.
+        assert_eq!(
+            segments("]ssco 1:uld[x]"),
+            vec![Seg::Key("]ssco 1:uld[x]".into())]
+        );
+        assert_eq!(
+            segments("a[1][2].b"),
+            vec![
+                Seg::Key("a".into()),
+                Seg::Index(1),
+                Seg::Index(2),
+                Seg::Key("b".into())
+            ]
+        );
+        assert_eq!(position("x]: 1\n", "x]"), Some((1, 1)));
     }
 }
