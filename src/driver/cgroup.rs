@@ -303,11 +303,17 @@ impl Cgroup {
             if procs.is_empty() || Instant::now() > deadline {
                 return;
             }
+            let mut alive = false;
             for pid in procs {
-                let _ = nix::sys::signal::kill(
+                let r = nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(pid),
                     nix::sys::signal::Signal::SIGKILL,
                 );
+                alive |= r != Err(nix::errno::Errno::ESRCH);
+            }
+            if !alive {
+                // Still listed but gone: the kernel is letting go of them.
+                return;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
