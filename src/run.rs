@@ -500,6 +500,8 @@ async fn run_cell(
     let disk = analysis::analyse(&samples, |s| s.disk, warmup, None);
     let memory = MemorySummary {
         peak_rss_bytes: rss.peak,
+        peak_pss_bytes: samples.iter().map(|s| s.pss).max().unwrap_or(0),
+        peak_anon_bytes: samples.iter().map(|s| s.anon).max().unwrap_or(0),
         peak_cgroup_bytes: cgroup_series.peak,
         limit_bytes: memory_limit,
         slope_bytes_per_hour: rss.slope_per_hour,

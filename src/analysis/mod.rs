@@ -120,6 +120,8 @@ mod tests {
                 segment: if i < 20 { 0 } else { 1 },
                 up: true,
                 rss: if i < 20 { 1000 + i } else { 10 + i } as u64,
+                pss: 0,
+                anon: 0,
                 cgroup: 0,
                 cgroup_anon: 0,
                 cgroup_file: 0,

@@ -101,6 +101,9 @@ pub struct CheckResult {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct MemorySummary {
     pub peak_rss_bytes: u64,
+    /// Proportional and anonymous resident memory, from smaps_rollup.
+    pub peak_pss_bytes: u64,
+    pub peak_anon_bytes: u64,
     pub peak_cgroup_bytes: u64,
     pub limit_bytes: Option<u64>,
     /// Growth of the RSS, Theil-Sen, pooled over segments between restarts.

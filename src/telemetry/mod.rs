@@ -24,6 +24,10 @@ pub struct Sample {
     pub up: bool,
     /// Resident set size of all the node's processes.
     pub rss: u64,
+    /// Proportional set size (shared pages split among their users).
+    pub pss: u64,
+    /// Anonymous resident memory (heap, not file-backed).
+    pub anon: u64,
     pub cgroup: u64,
     pub cgroup_anon: u64,
     pub cgroup_file: u64,
@@ -56,6 +60,22 @@ pub fn disk_usage(dir: &std::path::Path) -> u64 {
             Err(_) => 0,
         })
         .sum()
+}
+
+/// (RSS, PSS, anonymous) bytes of one process, from
+/// `/proc/PID/smaps_rollup` (Linux 4.14+), else RSS from `status`.
+pub fn memory_of(pid: i32) -> (u64, u64, u64) {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")) else {
+        return (rss_of(pid), 0, 0);
+    };
+    let kb = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|k| k * 1024)
+            .unwrap_or(0)
+    };
+    (kb("Rss:"), kb("Pss:"), kb("Anonymous:"))
 }
 
 /// Resident bytes of one process, from `/proc/PID/status` (VmRSS).
@@ -113,11 +133,14 @@ impl Target {
             (None, pid) => process_tree(pid),
         };
         let mem = self.cgroup.as_ref().map(|c| c.memory()).unwrap_or_default();
+        let mems: Vec<(u64, u64, u64)> = pids.iter().map(|p| memory_of(*p)).collect();
         Sample {
             t,
             segment: self.segment.load(Relaxed),
             up: pid != 0,
-            rss: pids.iter().map(|p| rss_of(*p)).sum(),
+            rss: mems.iter().map(|m| m.0).sum(),
+            pss: mems.iter().map(|m| m.1).sum(),
+            anon: mems.iter().map(|m| m.2).sum(),
             cgroup: mem.usage,
             cgroup_anon: mem.anon,
             cgroup_file: mem.file,
@@ -143,7 +166,7 @@ impl Sampler {
         let mut file = std::fs::File::create(&csv)?;
         writeln!(
             file,
-            "t_s,segment,up,rss_bytes,cgroup_bytes,cgroup_anon_bytes,cgroup_file_bytes"
+            "t_s,segment,up,rss_bytes,pss_bytes,anon_bytes,cgroup_bytes,cgroup_anon_bytes,cgroup_file_bytes,disk_bytes"
         )?;
         let samples = Arc::new(Mutex::new(Vec::new()));
         let (stop, mut stopped) = watch::channel(false);
@@ -160,8 +183,8 @@ impl Sampler {
                         let Ok(s) = tokio::task::spawn_blocking(move || target.sample(t)).await else { continue };
                         let _ = writeln!(
                             file,
-                            "{:.3},{},{},{},{},{},{},{}",
-                            s.t, s.segment, u8::from(s.up), s.rss, s.cgroup, s.cgroup_anon, s.cgroup_file, s.disk
+                            "{:.3},{},{},{},{},{},{},{},{},{}",
+                            s.t, s.segment, u8::from(s.up), s.rss, s.pss, s.anon, s.cgroup, s.cgroup_anon, s.cgroup_file, s.disk
                         );
                         let _ = file.flush();
                         store.lock().expect("samples lock").push(s);
@@ -181,5 +204,41 @@ impl Sampler {
         let _ = self.handle.await;
         let s = self.samples.lock().expect("samples lock");
         s.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn samples_csv_has_as_many_fields_as_its_header_and_reads_this_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join("samples.csv");
+        let target = Target {
+            pid: Arc::new(AtomicI32::new(std::process::id() as i32)),
+            segment: Arc::new(AtomicU32::new(0)),
+            cgroup: None,
+            data_dir: Some(dir.path().to_path_buf()),
+        };
+        let sampler = Sampler::start(
+            target,
+            Duration::from_millis(100),
+            csv.clone(),
+            tokio::time::Instant::now(),
+        )
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        let samples = sampler.stop().await;
+        assert!(samples.len() >= 2);
+        assert!(
+            samples
+                .iter()
+                .all(|s| s.rss > 0 && s.pss > 0 && s.anon > 0 && s.disk > 0),
+            "{samples:?}"
+        );
+        let text = std::fs::read_to_string(csv).unwrap();
+        let widths: Vec<usize> = text.lines().map(|l| l.split(',').count()).collect();
+        assert!(widths.iter().all(|w| *w == widths[0]), "{text}");
     }
 }
