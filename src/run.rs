@@ -21,7 +21,7 @@ use crate::report::{
 };
 use crate::suite::checks::Series;
 use crate::suite::{matrix, template, CellDef, CountCheck, Severity, Suite, SuiteError};
-use crate::telemetry::{Sample, Sampler, Target};
+use crate::telemetry::{prometheus, Sample, Sampler, Scraper, Target};
 use crate::verify::Integrity;
 use crate::workload::{Engine, LoadConfig, LoadStats};
 
@@ -431,6 +431,19 @@ async fn run_cell(
         origin,
     )
     .map_err(|e| env_err("samples file", e))?;
+    let scraper = match &suite.node.metrics {
+        Some(m) => Some(
+            Scraper::start(
+                render(&m.prometheus, &ctx.vars)?,
+                opts.interval,
+                cell_dir.join("metrics.csv"),
+                origin,
+                target.pid.clone(),
+            )
+            .map_err(|e| env_err("metrics file", e))?,
+        ),
+        None => None,
+    };
     let mut cell = Cell::new(
         &mut node,
         engine.as_mut(),
@@ -467,6 +480,26 @@ async fn run_cell(
     let integrity_found = cell.integrity;
     drop(cell);
     let samples = sampler.stop().await;
+    let scrapes = match scraper {
+        Some(s) => Some(s.stop().await),
+        None => None,
+    };
+    if let Some(s) = &scrapes {
+        if s.ok == 0 {
+            events.emit(
+                "metrics",
+                format!(
+                    "no scrape of the Prometheus endpoint gave any series ({} failed, {} empty{})",
+                    s.failed,
+                    s.empty,
+                    s.last_error
+                        .as_ref()
+                        .map(|e| format!("; last error: {e}"))
+                        .unwrap_or_default()
+                ),
+            );
+        }
+    }
     let oom_kills = cg_view.as_ref().map(|c| c.oom_kills()).unwrap_or(0);
     node.shutdown();
 
@@ -509,6 +542,16 @@ async fn run_cell(
         oom_kills,
         samples: samples.len(),
         peak_disk_bytes: disk.peak,
+        fragmentation: scrapes
+            .as_ref()
+            .and_then(|s| prometheus::fragmentation(&s.last)),
+        scrapes: scrapes.as_ref().map(|s| report::ScrapeSummary {
+            ok: s.ok,
+            failed: s.failed,
+            empty: s.empty,
+            series: s.last.len(),
+            last_error: s.last_error.clone(),
+        }),
         rss,
         cgroup: cgroup_series,
         disk,

@@ -156,6 +156,23 @@ fn smoke_suite_passes_shortened() {
     assert!(std::fs::read_to_string(cell_dir.join("node.log"))
         .unwrap()
         .contains("soak-node ready"));
+    // The node's Prometheus endpoint was scraped all along, every series kept.
+    let scrapes = &c["memory"]["scrapes"];
+    assert!(scrapes["ok"].as_u64().unwrap() >= 3, "{scrapes}");
+    assert!(scrapes["series"].as_u64().unwrap() > 50, "{scrapes}");
+    assert!(
+        c["memory"]["fragmentation"].as_f64().unwrap() > 1.0,
+        "{}",
+        c["memory"]
+    );
+    let metrics = std::fs::read_to_string(cell_dir.join("metrics.csv")).unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.contains("allocator_allocated_bytes{allocator=\"glibc\"}")),
+        "{}",
+        &metrics[..500.min(metrics.len())]
+    );
 }
 
 #[test]

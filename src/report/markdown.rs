@@ -159,6 +159,21 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
         Bytes(m.peak_disk_bytes),
         m.samples
     )?;
+    if let Some(f) = m.fragmentation {
+        writeln!(
+            w,
+            "**Allocator:** resident / allocated = {f:.2} at the last scrape.\n"
+        )?;
+    }
+    if let Some(s) = &m.scrapes {
+        if s.ok == 0 {
+            writeln!(
+                w,
+                "**Metrics:** no scrape gave any series ({} failed, {} empty).\n",
+                s.failed, s.empty
+            )?;
+        }
+    }
     chart_rss(w, &c.id, chart, m.limit_bytes)?;
     if !c.restarts.is_empty() {
         writeln!(w, "| restart | reason | at | ready after | previous incarnation ended by |\n|---:|---|---:|---:|---|")?;

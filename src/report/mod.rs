@@ -114,9 +114,23 @@ pub struct MemorySummary {
     pub peak_disk_bytes: u64,
     /// The full analysis of each series: steady state, slope interval,
     /// significance, time to the limit.
+    /// Resident over allocated at the last scrape, where the node reports
+    /// its allocator's statistics on its Prometheus endpoint.
+    pub fragmentation: Option<f64>,
+    /// Prometheus scrapes: answered, failed, answered with no series.
+    pub scrapes: Option<ScrapeSummary>,
     pub rss: crate::analysis::SeriesAnalysis,
     pub cgroup: crate::analysis::SeriesAnalysis,
     pub disk: crate::analysis::SeriesAnalysis,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ScrapeSummary {
+    pub ok: u64,
+    pub failed: u64,
+    pub empty: u64,
+    pub series: usize,
+    pub last_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -2,6 +2,9 @@
 //! cell's `samples.csv` as each sample is taken, so a run that dies keeps
 //! what it saw.
 
+pub mod prometheus;
+
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering::Relaxed};
@@ -204,6 +207,83 @@ impl Sampler {
         let _ = self.handle.await;
         let s = self.samples.lock().expect("samples lock");
         s.clone()
+    }
+}
+
+/// What the scrapes of a run found.
+#[derive(Debug, Clone, Default)]
+pub struct ScrapeStats {
+    pub ok: u64,
+    /// Scrapes that got no answer or no 200.
+    pub failed: u64,
+    /// Scrapes that parsed into no series at all.
+    pub empty: u64,
+    pub last_error: Option<String>,
+    /// The newest non-empty scrape.
+    pub last: BTreeMap<String, f64>,
+}
+
+/// Scrapes a Prometheus endpoint at an interval into `metrics.csv`.
+pub struct Scraper {
+    stop: watch::Sender<bool>,
+    handle: JoinHandle<ScrapeStats>,
+}
+
+impl Scraper {
+    pub fn start(
+        url: String,
+        interval: Duration,
+        csv: PathBuf,
+        origin: tokio::time::Instant,
+        up: Arc<AtomicI32>,
+    ) -> std::io::Result<Scraper> {
+        let mut file = std::fs::File::create(&csv)?;
+        writeln!(file, "t_s,series,value")?;
+        let (stop, mut stopped) = watch::channel(false);
+        let handle = tokio::spawn(async move {
+            let mut stats = ScrapeStats::default();
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stopped.changed() => break,
+                    _ = tick.tick() => {
+                        // Only while the node is up: a refused connection
+                        // during a restart is not the endpoint's fault.
+                        if up.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+                            continue;
+                        }
+                        let t = origin.elapsed().as_secs_f64();
+                        match prometheus::fetch(&url, interval.max(Duration::from_secs(2))).await {
+                            Ok(text) => {
+                                let series = prometheus::series(&text);
+                                if series.is_empty() {
+                                    stats.empty += 1;
+                                    continue;
+                                }
+                                stats.ok += 1;
+                                for (k, v) in &series {
+                                    let _ = writeln!(file, "{t:.3},{},{v}", k.replace(',', ";"));
+                                }
+                                let _ = file.flush();
+                                stats.last = series;
+                            }
+                            Err(e) => {
+                                stats.failed += 1;
+                                stats.last_error = Some(e);
+                            }
+                        }
+                    }
+                }
+            }
+            stats
+        });
+        Ok(Scraper { stop, handle })
+    }
+
+    pub async fn stop(self) -> ScrapeStats {
+        let _ = self.stop.send(true);
+        self.handle.await.unwrap_or_default()
     }
 }
 
