@@ -64,8 +64,7 @@ pub async fn fetch(url: &str, timeout: Duration) -> Result<String, String> {
             .position(|w| w == b"\r\n\r\n")
             .ok_or("no HTTP header")?;
         let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
-        if !head.starts_with("http/1.")
-            || !head.split_whitespace().nth(1).is_some_and(|c| c == "200")
+        if !head.starts_with("http/1.") || head.split_whitespace().nth(1).is_none_or(|c| c != "200")
         {
             return Err(format!("{url}: {}", head.lines().next().unwrap_or("")));
         }
