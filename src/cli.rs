@@ -25,28 +25,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a suite: start the node, drive the phases, verify, report.
-    Run {
-        suite: PathBuf,
-        /// Folder for reports (reports/<suite>/<UTC time>-<id>/ inside it).
-        #[arg(long, default_value = "reports")]
-        out: PathBuf,
-        /// Multiply every phase duration by F, for a quick trial (e.g. 0.1).
-        #[arg(long, default_value_t = 1.0, value_parser = positive)]
-        duration_scale: f64,
-        /// Seed of the workload's random choices; recorded in the report.
-        #[arg(long)]
-        seed: Option<u64>,
-        /// Telemetry sampling interval (100ms to 60s).
-        #[arg(long, default_value = "1s", value_parser = interval)]
-        interval: Duration,
-        /// Run only the cells whose id matches: a glob (`allocator=je*`), or
-        /// without `*?[`, a part of the id (`storage=small`).
-        #[arg(long, value_name = "PATTERN")]
-        only: Option<String>,
-        /// Run shard I of N: cell j (in suite order) runs on shard j % N + 1.
-        #[arg(long, value_name = "I/N", value_parser = crate::suite::matrix::parse_shard)]
-        shard: Option<(usize, usize)>,
-    },
+    Run(RunOptions),
     /// Check suites without running anything.
     Validate {
         #[arg(required = true)]
@@ -62,14 +41,14 @@ enum Command {
     },
 }
 
-fn positive(s: &str) -> Result<f64, String> {
+pub fn positive(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
         _ => Err(format!("{s:?}: give a number above 0, e.g. 0.1")),
     }
 }
 
-fn interval(s: &str) -> Result<Duration, String> {
+pub fn interval(s: &str) -> Result<Duration, String> {
     let d = crate::units::parse_duration(s).map_err(|e| e.to_string())?;
     if d < Duration::from_millis(100) || d > Duration::from_secs(60) {
         return Err(format!("{s:?}: the interval must be between 100ms and 60s"));
@@ -126,26 +105,7 @@ pub fn main() -> i32 {
             }
             exit::PASS
         }
-        Command::Run {
-            suite,
-            out,
-            duration_scale,
-            seed,
-            interval,
-            only,
-            shard,
-        } => {
-            let opts = RunOptions {
-                suite,
-                out,
-                duration_scale,
-                seed,
-                interval,
-                only,
-                shard,
-            };
-            run_command(opts)
-        }
+        Command::Run(opts) => run_command(opts),
     }
 }
 

@@ -25,17 +25,29 @@ use crate::telemetry::{prometheus, Sample, Sampler, Scraper, Target};
 use crate::verify::Integrity;
 use crate::workload::{Engine, LoadConfig, LoadStats};
 
-#[derive(Debug, Clone)]
+/// What `soak run` takes: the command line is this struct.
+#[derive(Debug, Clone, clap::Args)]
 pub struct RunOptions {
     pub suite: PathBuf,
+    /// Folder for reports (reports/<suite>/<UTC time>-<id>/ inside it).
+    #[arg(long, default_value = "reports")]
     pub out: PathBuf,
+    /// Multiply every phase duration by F, for a quick trial (e.g. 0.1).
+    #[arg(long, default_value_t = 1.0, value_parser = crate::cli::positive)]
     pub duration_scale: f64,
+    /// Seed of the workload's and the chaos schedules' random choices;
+    /// recorded in the report, so that a run can be replayed.
+    #[arg(long)]
     pub seed: Option<u64>,
-    /// Sampling interval of the telemetry.
+    /// Telemetry sampling interval (100ms to 60s).
+    #[arg(long, default_value = "1s", value_parser = crate::cli::interval)]
     pub interval: Duration,
-    /// `--only`: run the cells whose id matches.
+    /// Run only the cells whose id matches: a glob (`allocator=je*`), or
+    /// without `*?[`, a part of the id (`storage=small`).
+    #[arg(long, value_name = "PATTERN")]
     pub only: Option<String>,
-    /// `--shard I/N`.
+    /// Run shard I of N: cell j (in suite order) runs on shard j % N + 1.
+    #[arg(long, value_name = "I/N", value_parser = crate::suite::matrix::parse_shard)]
     pub shard: Option<(usize, usize)>,
 }
 
