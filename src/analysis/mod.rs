@@ -10,12 +10,7 @@ pub fn median(mut v: Vec<f64>) -> Option<f64> {
         return None;
     }
     v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
+    Some(trend::median_sorted(&v))
 }
 
 /// What one memory (or disk) series says, in bytes and bytes per hour.

@@ -73,7 +73,8 @@ fn thin(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
         .collect()
 }
 
-fn median_sorted(v: &[f64]) -> f64 {
+/// The median of sorted, non-empty values.
+pub fn median_sorted(v: &[f64]) -> f64 {
     let n = v.len();
     if n % 2 == 1 {
         v[n / 2]

@@ -96,15 +96,6 @@ impl fmt::Display for Profile {
     }
 }
 
-fn scalar_text(v: serde_norway::Value) -> Result<String, String> {
-    match v {
-        serde_norway::Value::String(s) => Ok(s),
-        serde_norway::Value::Number(n) => Ok(n.to_string()),
-        serde_norway::Value::Bool(b) => Ok(b.to_string()),
-        _ => Err("allocator options are scalars (numbers, sizes, words)".into()),
-    }
-}
-
 impl Profile {
     pub fn named(kind: Kind) -> Profile {
         Profile {
@@ -344,7 +335,11 @@ impl<'de> Deserialize<'de> for Profile {
                 for (k, v) in raw {
                     options.insert(
                         k.clone(),
-                        scalar_text(v).map_err(|e| de::Error::custom(format!("`{k}`: {e}")))?,
+                        crate::suite::matrix::scalar(&v).ok_or_else(|| {
+                            de::Error::custom(format!(
+                                "`{k}`: allocator options are scalars (numbers, sizes, words)"
+                            ))
+                        })?,
                     );
                 }
                 if let Some(extra) = map.next_key::<String>()? {

@@ -65,7 +65,8 @@ impl CellDef {
     }
 }
 
-fn scalar(v: &serde_norway::Value) -> Option<String> {
+/// A YAML scalar (word, number, boolean) as text; `None` for a list or map.
+pub fn scalar(v: &serde_norway::Value) -> Option<String> {
     match v {
         serde_norway::Value::String(s) => Some(s.clone()),
         serde_norway::Value::Number(n) => Some(n.to_string()),
