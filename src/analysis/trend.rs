@@ -18,13 +18,19 @@
 //! Segments between restarts are tested separately and pooled (sum of S and
 //! of the variances, as in the regional Kendall test), so a restart's drop
 //! is never read as a trend. Within a segment, the one most evident level
-//! shift (a least-squares step-plus-line fit that removes a large
-//! share of the line's residual) is taken out first: a step is not a leak.
+//! shift (a least-squares step-plus-line fit that removes a large share of
+//! the line's residual, looked for in the series and in its lower envelope
+//! where a sawtooth hides it) splits the segment the same way: a step is not
+//! a leak. Splitting rather than subtracting the step keeps the test honest:
+//! the size of a step fitted next to a slope is uncertain, and what is left
+//! of it after subtraction reads as a trend.
 //!
-//! Measured by `cargo run --example detector` (README): on 30-minute 1 Hz
-//! series under a 1 GiB limit, leaks of 2%/h are found at TPR 0.98, but
-//! one-off steps are still flagged too often (FPR 0.17, 0.39 with a
-//! sawtooth); the goal (FPR <= 0.01) is not met yet.
+//! Measured by `cargo run --example detector` (README table): on 30-minute
+//! 1 Hz series under a 1 GiB limit, leaks of 2%/h are found at TPR ~0.96;
+//! leak-free series are flagged at FPR ~0.03 (0.49 for a least-squares
+//! threshold). The remaining false positives are long-period sawtooths,
+//! whose ramps bias any slope estimator over a window of few cycles; the
+//! issue's goal (FPR <= 0.01) is not met for them.
 
 /// Most points per segment fed to the O(n²) statistics; longer segments
 /// are thinned by a whole stride (a 1 s series of an hour stays whole; an
@@ -202,11 +208,17 @@ pub fn trend(segments: &[Vec<(f64, f64)>]) -> Option<Trend> {
     })
 }
 
-/// The trend of each segment with its most evident step taken out: what
+/// The trend of the segments, each split at its most evident step: what
 /// `memory_growth` judges.
 pub fn growth_trend(segments: &[Vec<(f64, f64)>]) -> Option<Trend> {
-    let corrected: Vec<Vec<(f64, f64)>> = segments.iter().map(|s| without_step(s)).collect();
-    trend(&corrected)
+    let pieces: Vec<Vec<(f64, f64)>> = segments
+        .iter()
+        .flat_map(|s| match step_at(s) {
+            Some(k) => vec![s[..k].to_vec(), s[k..].to_vec()],
+            None => vec![s.clone()],
+        })
+        .collect();
+    trend(&pieces)
 }
 
 /// Least squares of y = a + b t (+ d after `k`): the residual sum of squares.
@@ -254,33 +266,65 @@ fn rss(pts: &[(f64, f64)], k: Option<usize>) -> (f64, f64) {
     }
 }
 
-/// The series with its one most evident level shift taken out, when a
-/// shift explains it far better than a line does (a cache filling at
-/// once, a config reload): a step is not a leak, and the growth around it
-/// still is.
-pub fn without_step(pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
+/// Where the one most evident level shift of a series is, when a shift
+/// explains it far better than a line does (a cache filling at once, a
+/// config reload). It is looked for in the series and, where a GC sawtooth
+/// hides it, in its lower envelope (`floors`).
+pub fn step_at(pts: &[(f64, f64)]) -> Option<usize> {
     let n = pts.len();
     if n < 40 {
-        return pts.to_vec();
+        return None;
     }
     let (line, _) = rss(pts, None);
-    let best = (1..STEP_CANDIDATES)
+    if line <= 0.0 {
+        return None;
+    }
+    let grid: Vec<usize> = (1..STEP_CANDIDATES)
         .map(|i| i * n / STEP_CANDIDATES)
+        .collect();
+    let (_, _, coarse) = best_step(pts, grid)?;
+    let (r, _, k) = best_step(pts, around(coarse, n / STEP_CANDIDATES + 1, n))?;
+    if r <= STEP_SHARE * line {
+        return Some(k);
+    }
+    let size = n / FLOOR_BLOCKS;
+    let f = floors(pts, size);
+    let (fline, _) = rss(&f, None);
+    let (fr, fd, fk) = best_step(&f, (2..f.len() - 1).collect())?;
+    if fd <= 0.0 || fr > FLOOR_SHARE * fline {
+        return None;
+    }
+    best_step(pts, around(fk * size, size, n)).map(|(_, _, k)| k)
+}
+
+/// Step places within `spread` of `k`, inside a series of `n`.
+fn around(k: usize, spread: usize, n: usize) -> Vec<usize> {
+    (k.saturating_sub(spread).max(1)..(k + spread).min(n - 1)).collect()
+}
+
+/// The step place among `places` that leaves the least residual: (residual, step, place).
+fn best_step(pts: &[(f64, f64)], places: Vec<usize>) -> Option<(f64, f64, usize)> {
+    places
+        .into_iter()
         .filter_map(|k| {
             let (r, d) = rss(pts, Some(k));
             r.is_finite().then_some((r, d, k))
         })
-        .min_by(|a, b| a.0.total_cmp(&b.0));
-    let Some((r, d, k)) = best else {
-        return pts.to_vec();
-    };
-    // The step must remove a large share of what the line leaves.
-    if line <= 0.0 || r > STEP_SHARE * line {
-        return pts.to_vec();
-    }
-    pts.iter()
-        .enumerate()
-        .map(|(i, p)| if i >= k { (p.0, p.1 - d) } else { *p })
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+}
+
+/// The lower envelope of a series: the 10th percentile of each block of
+/// `size` points, at the block's mean time. A GC sawtooth's floor is flat;
+/// a leak raises it.
+pub fn floors(pts: &[(f64, f64)], size: usize) -> Vec<(f64, f64)> {
+    pts.chunks(size.max(1))
+        .filter(|c| c.len() * 2 >= size)
+        .map(|c| {
+            let mut v: Vec<f64> = c.iter().map(|p| p.1).collect();
+            v.sort_by(|a, b| a.total_cmp(b));
+            let t = c.iter().map(|p| p.0).sum::<f64>() / c.len() as f64;
+            (t, v[(v.len() - 1) / 10])
+        })
         .collect()
 }
 
@@ -289,6 +333,12 @@ const STEP_CANDIDATES: usize = 60;
 
 /// A step is taken out when it leaves at most this share of the line's residual.
 const STEP_SHARE: f64 = 0.85;
+
+/// Blocks of the lower envelope a hidden step is looked for in.
+const FLOOR_BLOCKS: usize = 15;
+
+/// A step in the lower envelope must leave at most this share of its line's residual.
+const FLOOR_SHARE: f64 = 0.5;
 
 /// The decision a `memory_growth` check makes: growth faster than `max`
 /// (per second) that is also a significant upward trend at level `alpha`.
@@ -344,6 +394,36 @@ mod tests {
         let leak: Vec<(f64, f64)> = saw.iter().map(|(t, v)| (*t, v + 0.5 * t)).collect();
         let t = growth_trend(&[leak]).unwrap();
         assert!(is_growth(&t, 0.25, 0.01), "{t:?}");
+    }
+
+    #[test]
+    fn a_one_off_step_is_not_growth_and_a_leak_across_it_is() {
+        let mut x: u64 = 11;
+        let mut noise = move || {
+            x = crate::workload::ledger::mix64(x);
+            (x % 1000) as f64 / 1000.0
+        };
+        // Flat at 100 with noise of 1, a step of +20 at 700 s of 1800.
+        let step = series(1800, |t| {
+            100.0 + noise() + if t >= 700.0 { 20.0 } else { 0.0 }
+        });
+        assert_eq!(step_at(&step), Some(700));
+        // Growth above 0.005/s (1.8%/h of a limit of 1000) is a leak.
+        let t = growth_trend(std::slice::from_ref(&step)).unwrap();
+        assert!(!is_growth(&t, 0.005, 0.01), "{t:?}");
+        // The same step hidden under a sawtooth of amplitude 30.
+        let saw: Vec<(f64, f64)> = step
+            .iter()
+            .map(|(t, v)| (*t, v + (t % 90.0) / 3.0))
+            .collect();
+        assert!(step_at(&saw).is_some_and(|k| k.abs_diff(700) < 120));
+        let t = growth_trend(std::slice::from_ref(&saw)).unwrap();
+        assert!(!is_growth(&t, 0.005, 0.01), "{t:?}");
+        // A leak of 0.01/s across the step is still found.
+        let leak: Vec<(f64, f64)> = step.iter().map(|(t, v)| (*t, v + 0.01 * t)).collect();
+        let t = growth_trend(&[leak]).unwrap();
+        assert!(is_growth(&t, 0.005, 0.01), "{t:?}");
+        assert!((t.slope - 0.01).abs() < 0.002, "{t:?}");
     }
 
     #[test]
