@@ -39,9 +39,10 @@ pub struct RunOptions {
     /// recorded in the report, so that a run can be replayed.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Telemetry sampling interval (100ms to 60s).
-    #[arg(long, default_value = "1s", value_parser = crate::cli::interval)]
-    pub interval: Duration,
+    /// Telemetry sampling interval (100ms to 60s); overrides the suite's
+    /// `telemetry.interval` (default 1s).
+    #[arg(long, value_parser = crate::cli::interval)]
+    pub interval: Option<Duration>,
     /// Run only the cells whose id matches: a glob (`allocator=je*`), or
     /// without `*?[`, a part of the id (`storage=small`).
     #[arg(long, value_name = "PATTERN")]
@@ -312,6 +313,11 @@ async fn run_cell(
     vars.insert("DATA_DIR".to_string(), data_dir.display().to_string());
     vars.insert("CELL_DIR".to_string(), cell_dir.display().to_string());
     vars.insert("SOAK_NODE".to_string(), find_soak_node());
+    let suite_dir = std::fs::canonicalize(&opts.suite)
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("."));
+    vars.insert("SUITE_DIR".to_string(), suite_dir.display().to_string());
 
     let argv = suite
         .node
@@ -436,9 +442,10 @@ async fn run_cell(
         scale: opts.duration_scale,
     };
 
+    let interval = opts.interval.unwrap_or(suite.telemetry.interval.0);
     let sampler = Sampler::start(
         target.clone(),
-        opts.interval,
+        interval,
         cell_dir.join("samples.csv"),
         origin,
     )
@@ -447,7 +454,7 @@ async fn run_cell(
         Some(m) => Some(
             Scraper::start(
                 render(&m.prometheus, &ctx.vars)?,
-                opts.interval,
+                interval,
                 cell_dir.join("metrics.csv"),
                 origin,
                 target.pid.clone(),
@@ -541,12 +548,14 @@ async fn run_cell(
         .map(|g| g.warmup.0.as_secs_f64() * opts.duration_scale)
         .unwrap_or(10.0);
     let rss = analysis::analyse(&samples, |s| s.rss, warmup, memory_limit);
+    let pss = analysis::analyse(&samples, |s| s.pss, warmup, memory_limit);
+    let anon = analysis::analyse(&samples, |s| s.anon, warmup, memory_limit);
     let cgroup_series = analysis::analyse(&samples, |s| s.cgroup, warmup, memory_limit);
     let disk = analysis::analyse(&samples, |s| s.disk, warmup, None);
     let memory = MemorySummary {
         peak_rss_bytes: rss.peak,
-        peak_pss_bytes: samples.iter().map(|s| s.pss).max().unwrap_or(0),
-        peak_anon_bytes: samples.iter().map(|s| s.anon).max().unwrap_or(0),
+        peak_pss_bytes: pss.peak,
+        peak_anon_bytes: anon.peak,
         peak_cgroup_bytes: cgroup_series.peak,
         limit_bytes: memory_limit,
         slope_bytes_per_hour: rss.slope_per_hour,
@@ -565,6 +574,8 @@ async fn run_cell(
             last_error: s.last_error.clone(),
         }),
         rss,
+        pss,
+        anon,
         cgroup: cgroup_series,
         disk,
     };
@@ -673,6 +684,8 @@ fn check_count(name: &str, c: Option<CountCheck>, value: u64) -> Option<CheckRes
 fn series_name(s: Series) -> &'static str {
     match s {
         Series::Rss => "rss",
+        Series::Pss => "pss",
+        Series::Anon => "anon",
         Series::Cgroup => "cgroup",
     }
 }
@@ -710,6 +723,8 @@ fn evaluate(
     if let Some(g) = &c.memory_growth {
         let a = match g.series {
             Series::Rss => &memory.rss,
+            Series::Pss => &memory.pss,
+            Series::Anon => &memory.anon,
             Series::Cgroup => &memory.cgroup,
         };
         // Fails only on growth above the limit that is also a significant
@@ -736,7 +751,7 @@ fn evaluate(
                     .map(|p| format!("{p:.2e}"))
                     .unwrap_or_else(|| "n/a".into()),
                 a.hours_to_limit
-                    .map(|h| format!(", limit reached in {h:.1} h"))
+                    .map(|h| format!(", the limit reached in {}", crate::units::hours(h)))
                     .unwrap_or_default()
             )),
         });
@@ -744,6 +759,8 @@ fn evaluate(
     if let Some(p) = &c.peak_memory {
         let peak = match p.series {
             Series::Rss => memory.peak_rss_bytes,
+            Series::Pss => memory.peak_pss_bytes,
+            Series::Anon => memory.peak_anon_bytes,
             Series::Cgroup => memory.peak_cgroup_bytes,
         };
         out.push(CheckResult {

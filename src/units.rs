@@ -38,6 +38,20 @@ fn split_number(s: &str) -> (String, String) {
 const SIZE_HINT: &str = "write a number with B, KiB, MiB, GiB or TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000), e.g. 256MiB";
 
 /// Parses a byte size such as `256MiB`, `1.5GiB`, `64KB` or `4096`.
+/// A span of hours as a person reads it: `40 s`, `12 min`, `5.2 h`, `3.1 days`.
+pub fn hours(h: f64) -> String {
+    let s = h * 3600.0;
+    if s < 120.0 {
+        format!("{s:.0} s")
+    } else if s < 7200.0 {
+        format!("{:.0} min", s / 60.0)
+    } else if h < 72.0 {
+        format!("{h:.1} h")
+    } else {
+        format!("{:.1} days", h / 24.0)
+    }
+}
+
 pub fn parse_size(s: &str) -> Result<u64, UnitError> {
     let (num, unit) = split_number(s.trim());
     if num.is_empty() {

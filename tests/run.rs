@@ -217,6 +217,73 @@ fn a_node_that_outgrows_its_limit_is_oom_killed_and_restarted() {
     assert_eq!(check["verdict"], "fail");
 }
 
+fn check<'a>(run: &'a Run, name: &str) -> &'a Value {
+    run.cell()["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name}: {}", run.cell()["checks"]))
+}
+
+/// RSS of the node per sample, from the cell's samples.csv.
+fn rss_samples(run: &Run) -> Vec<u64> {
+    let csv = std::fs::read_to_string(
+        run.report_dir
+            .as_ref()
+            .unwrap()
+            .join("cells/default/samples.csv"),
+    )
+    .unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = header.iter().position(|h| *h == "rss_bytes").unwrap();
+    lines
+        .map(|l| l.split(',').nth(col).unwrap().parse().unwrap())
+        .filter(|v| *v > 0)
+        .collect()
+}
+
+#[test]
+fn a_leaking_node_fails_the_trend_check_before_it_is_oom_killed() {
+    require_tool("python3", "python3");
+    // tests/nodes/memnode.py keeps 6 MiB/s under a 256 MiB limit.
+    let run = soak_run("tests/suites/leak.yaml", &[]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let growth = check(&run, "memory_growth (rss)");
+    assert_eq!(growth["verdict"], "fail", "{growth}");
+    assert_eq!(check(&run, "oom_kills")["verdict"], "pass");
+    let rss = &run.cell()["memory"]["rss"];
+    let slope = rss["slope_per_hour"].as_f64().unwrap() / 3600.0 / 1048576.0;
+    assert!((4.5..7.5).contains(&slope), "{slope} MiB/s: {rss}");
+    assert!(rss["p_growth"].as_f64().unwrap() < 0.001, "{rss}");
+    // Projected from where it stands: the limit in well under a minute.
+    let h = rss["hours_to_limit"].as_f64().unwrap();
+    assert!(h * 3600.0 < 60.0, "{rss}");
+    let report =
+        std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+    assert!(
+        report.contains("| memory_growth (rss) | ❌ fail |"),
+        "{report}"
+    );
+    assert!(report.contains("limit reached in"), "{report}");
+}
+
+#[test]
+fn a_node_with_a_gc_sawtooth_and_no_leak_passes() {
+    require_tool("python3", "python3");
+    let run = soak_run("tests/suites/sawtooth.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}\n{}", run.stderr(), run.cell()["checks"]);
+    assert_eq!(check(&run, "memory_growth (rss)")["verdict"], "pass");
+    // The sawtooth was real: RSS swung by more than the leak's 6 MiB/s,
+    // up and down, many times.
+    let rss = rss_samples(&run);
+    let (lo, hi) = (*rss.iter().min().unwrap(), *rss.iter().max().unwrap());
+    assert!(hi - lo > 8 << 20, "RSS only between {lo} and {hi}");
+    let drops = rss.windows(2).filter(|w| w[0] > w[1] + (4 << 20)).count();
+    assert!(drops >= 10, "{drops} drops in {rss:?}");
+}
+
 #[test]
 fn a_node_that_never_gets_ready_is_an_environment_error_with_its_log() {
     let run = soak_run("tests/suites/never-ready.yaml", &[]);

@@ -159,6 +159,7 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
         Bytes(m.peak_disk_bytes),
         m.samples
     )?;
+    series_table(w, m)?;
     if let Some(f) = m.fragmentation {
         writeln!(
             w,
@@ -267,4 +268,46 @@ fn chart_rss(
         writeln!(w, "    line [{}]", flat.join(", "))?;
     }
     writeln!(w, "```\n")
+}
+
+/// Per series: peak, where it settled, the growth with its interval and
+/// significance, and when the limit is reached at that rate.
+fn series_table(w: &mut impl Write, m: &super::MemorySummary) -> io::Result<()> {
+    if m.samples == 0 {
+        return Ok(());
+    }
+    let rate = |v: Option<f64>| {
+        v.map(|v| format!("{:+.1} MiB/h", v / 1048576.0))
+            .unwrap_or_else(|| "n/a".into())
+    };
+    writeln!(w, "| series | peak | steady | growth | 95% interval | p (growth) | limit reached in |\n|---|---:|---:|---:|---:|---:|---:|")?;
+    for (name, a) in [
+        ("RSS", &m.rss),
+        ("PSS", &m.pss),
+        ("anonymous", &m.anon),
+        ("cgroup", &m.cgroup),
+        ("disk", &m.disk),
+    ] {
+        if a.peak == 0 {
+            continue;
+        }
+        writeln!(
+            w,
+            "| {name} | {} | {} | {} | {} .. {} | {} | {} |",
+            Bytes(a.peak),
+            a.steady
+                .map(|v| Bytes(v as u64).to_string())
+                .unwrap_or_else(|| "n/a".into()),
+            rate(a.slope_per_hour),
+            rate(a.slope_low_per_hour),
+            rate(a.slope_high_per_hour),
+            a.p_growth
+                .map(|p| format!("{p:.1e}"))
+                .unwrap_or_else(|| "n/a".into()),
+            a.hours_to_limit
+                .map(crate::units::hours)
+                .unwrap_or_else(|| "-".into()),
+        )?;
+    }
+    writeln!(w)
 }

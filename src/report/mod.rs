@@ -112,14 +112,16 @@ pub struct MemorySummary {
     pub oom_kills: u64,
     pub samples: usize,
     pub peak_disk_bytes: u64,
-    /// The full analysis of each series: steady state, slope interval,
-    /// significance, time to the limit.
     /// Resident over allocated at the last scrape, where the node reports
     /// its allocator's statistics on its Prometheus endpoint.
     pub fragmentation: Option<f64>,
     /// Prometheus scrapes: answered, failed, answered with no series.
     pub scrapes: Option<ScrapeSummary>,
+    /// The full analysis of each series: steady state, slope interval,
+    /// significance, time to the limit.
     pub rss: crate::analysis::SeriesAnalysis,
+    pub pss: crate::analysis::SeriesAnalysis,
+    pub anon: crate::analysis::SeriesAnalysis,
     pub cgroup: crate::analysis::SeriesAnalysis,
     pub disk: crate::analysis::SeriesAnalysis,
 }

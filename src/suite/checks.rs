@@ -86,6 +86,10 @@ pub enum Series {
     /// Resident set size of the node's whole process tree.
     #[default]
     Rss,
+    /// Proportional set size: shared pages divided among their users.
+    Pss,
+    /// Anonymous resident memory (heap, arenas; not files, not shared memory).
+    Anon,
     /// The node's cgroup memory usage (includes page cache).
     Cgroup,
 }

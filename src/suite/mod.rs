@@ -43,6 +43,30 @@ pub struct Suite {
     pub phases: Vec<Phase>,
     #[serde(default)]
     pub checks: Checks,
+    #[serde(default)]
+    pub telemetry: Telemetry,
+}
+
+/// How soak watches the node.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Telemetry {
+    /// Sampling interval of memory, disk and the Prometheus endpoint,
+    /// 100ms to 60s; `soak run --interval` overrides it.
+    #[serde(default = "default_interval")]
+    pub interval: Dur,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Telemetry {
+            interval: default_interval(),
+        }
+    }
+}
+
+fn default_interval() -> Dur {
+    Dur(std::time::Duration::from_secs(1))
 }
 
 /// The system under test: any process that serves the workload's protocol.
@@ -307,6 +331,15 @@ impl Suite {
                     "values above 512MiB are refused by RESP servers".into(),
                 ));
             }
+        }
+        let interval = self.telemetry.interval.0;
+        if interval < std::time::Duration::from_millis(100)
+            || interval > std::time::Duration::from_secs(60)
+        {
+            out.push((
+                "telemetry.interval".into(),
+                "the sampling interval must be between 100ms and 60s".into(),
+            ));
         }
         if self.phases.is_empty() {
             out.push((

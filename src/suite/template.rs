@@ -3,7 +3,14 @@
 use std::collections::BTreeMap;
 
 /// Variables every cell defines.
-pub const CELL_VARIABLES: &[&str] = &["PORT", "METRICS_PORT", "DATA_DIR", "CELL_DIR", "SOAK_NODE"];
+pub const CELL_VARIABLES: &[&str] = &[
+    "PORT",
+    "METRICS_PORT",
+    "DATA_DIR",
+    "CELL_DIR",
+    "SOAK_NODE",
+    "SUITE_DIR",
+];
 
 /// Splits a template into literal text and variable names.
 fn pieces(text: &str) -> Result<Vec<(bool, &str)>, String> {
