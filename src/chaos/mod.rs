@@ -233,6 +233,20 @@ impl<'a> Cell<'a> {
         self.start().await
     }
 
+    /// Whether the node has exited, or does within `d`.
+    async fn died_within(&mut self, d: Duration) -> bool {
+        let end = Instant::now() + d;
+        loop {
+            if self.node.exit_status().is_some() {
+                return true;
+            }
+            if Instant::now() >= end {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Waits `d` while supervising the node; stops early on an interrupt.
     async fn hold(&mut self, d: Duration) -> Result<(), CellError> {
         let end = Instant::now() + d;
@@ -303,14 +317,31 @@ impl<'a> Cell<'a> {
         self.events
             .emit("verify", "reading back every key the ledger knows");
         let timeout = engine.cfg.timeout;
-        let mut last_shown = 0;
-        let found = verify::online(&self.verify_target, &engine.ledger, timeout, |done, all| {
-            if all > 0 && done < all && done > last_shown {
-                last_shown = done;
-                eprintln!("           verify: {done}/{all} keys");
+        let found = loop {
+            let engine = self.engine.as_deref().expect("checked above");
+            let mut last_shown = 0;
+            let read = verify::online(&self.verify_target, &engine.ledger, timeout, |done, all| {
+                if all > 0 && done < all && done > last_shown {
+                    last_shown = done;
+                    eprintln!("           verify: {done}/{all} keys");
+                }
+            })
+            .await;
+            match read {
+                Ok(found) => break found,
+                // A node that dies under the read-back (an OOM kill while
+                // its caches fill) is restarted as during load, and read
+                // back again from the start; the restart is counted.
+                Err(e) if self.died_within(Duration::from_secs(2)).await => {
+                    self.events.emit(
+                        "verify",
+                        format!("the node died during the read-back ({e}); reading back again after its restart"),
+                    );
+                    self.supervise().await?;
+                }
+                Err(e) => return Err(e.into()),
             }
-        })
-        .await?;
+        };
         self.integrity.add(&found);
         let text = format!(
             "{} as expected, {} lost, {} corrupted, {} in doubt, {} resurrected",
