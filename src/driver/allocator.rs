@@ -343,9 +343,11 @@ impl<'de> Deserialize<'de> for Profile {
                     );
                 }
                 if let Some(extra) = map.next_key::<String>()? {
-                    return Err(de::Error::custom(format!(
-                        "one allocator per entry: `{extra}` must be its own list item"
-                    )));
+                    return Err(de::Error::custom(if extra == "name" {
+                        format!("`name` goes inside the allocator's options: `{{ {key}: {{ ..., name: NAME }} }}`")
+                    } else {
+                        format!("one allocator per entry: `{extra}` must be its own list item")
+                    }));
                 }
                 Profile::with_options(kind, options).map_err(de::Error::custom)
             }

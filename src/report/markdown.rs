@@ -93,6 +93,7 @@ pub fn write(
         )?;
     }
     writeln!(w)?;
+    glance(w, s)?;
     for c in &s.cells {
         cell(w, c, charts.get(&c.id).map(Vec::as_slice).unwrap_or(&[]))?;
     }
@@ -307,6 +308,40 @@ fn series_table(w: &mut impl Write, m: &super::MemorySummary) -> io::Result<()> 
             a.hours_to_limit
                 .map(crate::units::hours)
                 .unwrap_or_else(|| "-".into()),
+        )?;
+    }
+    writeln!(w)
+}
+
+/// Memory of every cell side by side: what a matrix over allocators and
+/// caches is run for.
+fn glance(w: &mut impl Write, s: &super::Summary) -> io::Result<()> {
+    if s.cells.iter().all(|c| c.memory.samples == 0) {
+        return Ok(());
+    }
+    writeln!(w, "| cell | allocator | peak RSS | steady RSS | peak cgroup | resident / allocated | OOM kills | peak disk |\n|---|---|---:|---:|---:|---:|---:|---:|")?;
+    for c in &s.cells {
+        let m = &c.memory;
+        let alloc = c
+            .allocator
+            .as_deref()
+            .map(|a| a.split(" (").next().unwrap_or(a))
+            .unwrap_or("as linked");
+        writeln!(
+            w,
+            "| `{}` | {alloc} | {} | {} | {} | {} | {} | {} |",
+            c.id,
+            Bytes(m.peak_rss_bytes),
+            m.rss
+                .steady
+                .map(|v| Bytes(v as u64).to_string())
+                .unwrap_or_else(|| "n/a".into()),
+            Bytes(m.peak_cgroup_bytes),
+            m.fragmentation
+                .map(|f| format!("{f:.2}"))
+                .unwrap_or_else(|| "n/a".into()),
+            m.oom_kills,
+            Bytes(m.peak_disk_bytes),
         )?;
     }
     writeln!(w)
