@@ -134,7 +134,7 @@ fn main() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(20261129);
     println!("Leak 2% of the limit per hour, threshold 1%/h, 30 min at 1 Hz, {trials} series per class.\n");
     println!(
-        "| series | truth | soak (Theil-Sen + Mann-Kendall, step taken out) | OLS slope threshold |"
+        "| series | truth | soak (Theil-Sen + Mann-Kendall, split at one step) | OLS slope threshold |"
     );
     println!("|---|---|---:|---:|");
     let (mut tp, mut fp, mut pos, mut neg) = ([0usize; 2], [0usize; 2], 0, 0);
