@@ -285,6 +285,72 @@ fn a_node_with_a_gc_sawtooth_and_no_leak_passes() {
 }
 
 #[test]
+fn each_debian_allocator_is_preloaded_proven_and_reported() {
+    for (lib, pkg) in [
+        ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "libjemalloc2"),
+        (
+            "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2",
+            "libmimalloc2.0",
+        ),
+        (
+            "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+            "libtcmalloc-minimal4",
+        ),
+    ] {
+        common::require_file(lib, pkg);
+    }
+    let run = soak_run("tests/suites/allocators.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let dir = run.report_dir.as_ref().unwrap();
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    for (i, (name, pkg)) in [
+        ("jemalloc", "libjemalloc2"),
+        ("mimalloc", "libmimalloc2.0"),
+        ("tcmalloc", "libtcmalloc-minimal4"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let cell = &run.summary()["cells"][i];
+        // soak's proof (the library in /proc/PID/maps) and the package version.
+        let alloc = cell["allocator"].as_str().unwrap();
+        assert!(alloc.starts_with(name) && alloc.contains(pkg), "{alloc}");
+        assert!(report.contains(alloc), "{report}");
+        let folder = dir.join("cells").join(
+            std::fs::read_dir(dir.join("cells"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().into_string().unwrap())
+                .find(|f| f.contains(name))
+                .unwrap(),
+        );
+        let events = std::fs::read_to_string(folder.join("events.jsonl")).unwrap();
+        assert!(events.contains("is loaded in pid"), "{events}");
+        // And the node's own word: its allocator statistics name it.
+        let metrics = std::fs::read_to_string(folder.join("metrics.csv")).unwrap();
+        assert!(
+            metrics.contains(&format!("allocator_info{{allocator=\"{name}\"")),
+            "{name}: {}",
+            &metrics[..metrics.len().min(2000)]
+        );
+    }
+}
+
+#[test]
+fn an_allocator_that_never_loads_is_an_error_not_a_silent_glibc_run() {
+    // The wrapper clears LD_PRELOAD: jemalloc is asked for, glibc runs.
+    let run = soak_run("tests/suites/allocator-dropped.yaml", &[]);
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    let err = run.stderr();
+    assert!(
+        err.contains("the jemalloc allocator is not loaded in the node")
+            && err.contains("libjemalloc.so.2 is not in /proc/"),
+        "{err}"
+    );
+    assert_eq!(run.summary()["verdict"], "error");
+}
+
+#[test]
 fn a_node_that_never_gets_ready_is_an_environment_error_with_its_log() {
     let run = soak_run("tests/suites/never-ready.yaml", &[]);
     assert_eq!(run.code(), 3, "{}", run.stderr());

@@ -206,18 +206,24 @@ impl Profile {
                 ))
             };
         }
+        let ldconfig = std::process::Command::new("ldconfig")
+            .arg("-p")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        self.find_library_in(&LIBRARY_DIRS, &ldconfig)
+    }
+
+    /// `find_library` over these folders and this `ldconfig -p` output.
+    pub fn find_library_in(
+        &self,
+        dirs: &[&str],
+        ldconfig: &str,
+    ) -> Result<Option<PathBuf>, String> {
         let (names, package) = self.kind.library();
         if names.is_empty() {
             return Ok(None);
         }
-        let dirs = [
-            "/usr/lib/x86_64-linux-gnu",
-            "/usr/lib/aarch64-linux-gnu",
-            "/lib/x86_64-linux-gnu",
-            "/usr/lib64",
-            "/usr/lib",
-            "/usr/local/lib",
-        ];
         for name in names {
             for d in dirs {
                 let p = Path::new(d).join(name);
@@ -226,8 +232,8 @@ impl Profile {
                 }
             }
         }
-        if let Ok(out) = std::process::Command::new("ldconfig").arg("-p").output() {
-            let text = String::from_utf8_lossy(&out.stdout);
+        {
+            let text = ldconfig;
             for name in names {
                 if let Some(path) = text.lines().find_map(|l| {
                     let (lhs, rhs) = l.split_once("=>")?;
@@ -243,6 +249,16 @@ impl Profile {
         ))
     }
 }
+
+/// Where Debian and other distributions keep shared libraries.
+const LIBRARY_DIRS: [&str; 6] = [
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/local/lib",
+];
 
 /// Checks, from `/proc/PID/maps`, that `library` is mapped into the process
 /// (for glibc: that no other known allocator is).
@@ -396,5 +412,31 @@ mod tests {
             .unwrap_err()
             .contains("did you mean `arena_max`"));
         assert!(parse("custom").unwrap_err().contains("preload"));
+    }
+
+    #[test]
+    fn a_missing_library_names_its_package() {
+        let empty = tempfile::tempdir().unwrap();
+        let dirs = [empty.path().to_str().unwrap()];
+        for (profile, package) in [
+            ("jemalloc", "libjemalloc2"),
+            ("mimalloc", "libmimalloc2.0"),
+            ("tcmalloc", "libtcmalloc-minimal4"),
+        ] {
+            let err = parse(profile)
+                .unwrap()
+                .find_library_in(&dirs, "")
+                .unwrap_err();
+            assert!(
+                err.contains(&format!("install it with `apt-get install {package}`")),
+                "{err}"
+            );
+        }
+        // ldconfig's cache is the second place looked in.
+        let so = empty.path().join("libjemalloc.so.2");
+        let cache = format!("\tlibjemalloc.so.2 (libc6,x86-64) => {}\n", so.display());
+        let found = parse("jemalloc").unwrap().find_library_in(&[], &cache);
+        assert_eq!(found, Ok(Some(so)));
+        assert_eq!(parse("glibc").unwrap().find_library_in(&dirs, ""), Ok(None));
     }
 }
