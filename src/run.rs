@@ -427,6 +427,7 @@ async fn run_cell(
             connections: w.connections.0 as usize,
             timeout: w.timeout.0,
             seed,
+            distribution: w.distribution,
         })),
         None => None,
     };

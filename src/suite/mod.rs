@@ -145,6 +145,10 @@ pub struct Limits {
 pub struct Workload {
     pub resp: RespTarget,
     pub keys: Count,
+    /// Which keys the load touches: uniform (default), sequential,
+    /// `{ zipfian: 0.99 }`, latest.
+    #[serde(default)]
+    pub distribution: crate::workload::dist::Distribution,
     pub value_size: Size,
     pub mix: Mix,
     pub rate: Rate,
@@ -243,8 +247,10 @@ impl Suite {
                 .unwrap_or((0, 0));
             let (deeper, message) = explain_serde(&inner.to_string(), &path);
             // A value that named an item inside itself: point at that item.
+            // So does a value whose position the parser lost (an untagged
+            // enum buffers it and reports where its map began).
             let (line, column) = match locate::position(text, &deeper) {
-                Some(at) if deeper != path => at,
+                Some(at) if deeper != path || at.0 > line => at,
                 _ => (line, column),
             };
             let path = deeper;
@@ -318,6 +324,9 @@ impl Suite {
                     "workload.keys".into(),
                     format!("the key space needs between 1 and {} keys", u32::MAX),
                 ));
+            }
+            if let Some(p) = w.distribution.problem() {
+                out.push(("workload.distribution".into(), p));
             }
             if w.connections.0 == 0 || w.connections.0 > 1024 {
                 out.push((

@@ -43,6 +43,18 @@ manual!(Rate, "Rate", |g| json_schema!({
     "description": "Operations per second, e.g. 20000/s or 20k/s",
     "type": "string", "pattern": r"^\s*[0-9][0-9_]*(\.[0-9]+)?\s*(k|K|M)?/s\s*$"
 }));
+manual!(
+    crate::workload::dist::Distribution,
+    "Distribution",
+    |g| json_schema!({
+        "description": "Which keys the load touches: uniform, sequential, latest (or { latest: THETA }), { zipfian: THETA } with THETA in (0, 1)",
+        "anyOf": [
+            { "enum": ["uniform", "sequential", "latest", "zipfian"] },
+            { "type": "object", "properties": { "zipfian": { "type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1 } }, "required": ["zipfian"], "additionalProperties": false },
+            { "type": "object", "properties": { "latest": { "type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1 } }, "required": ["latest"], "additionalProperties": false }
+        ]
+    })
+);
 manual!(Count, "Count", |g| json_schema!({
     "description": "A whole number; `_` may group digits (100_000)",
     "anyOf": [{ "type": "integer", "minimum": 0 }, { "type": "string", "pattern": r"^[0-9][0-9_]*$" }]

@@ -8,6 +8,7 @@
 //! omission). Each connection owns the keys `k` with `k % connections ==
 //! its index`, so that the node answers the writes of one key in order.
 
+pub mod dist;
 pub mod ledger;
 
 use std::sync::{Arc, Mutex};
@@ -41,6 +42,7 @@ pub struct LoadConfig {
     pub connections: usize,
     pub timeout: Duration,
     pub seed: u64,
+    pub distribution: dist::Distribution,
 }
 
 /// Counters and latencies of the load, summed over connections.
@@ -267,11 +269,16 @@ impl Conn {
         Conn::connector(&self.cfg).await
     }
 
-    /// A key owned by this connection.
-    fn pick_key(&self, rng: &mut rand::rngs::SmallRng) -> Option<usize> {
+    /// The keys this connection owns (every `connections`-th from its index),
+    /// chosen among by the suite's distribution.
+    fn chooser(&self) -> dist::Chooser {
         let n = self.cfg.connections;
         let owned = (self.cfg.keys + n - 1 - self.index) / n;
-        (owned > 0).then(|| self.index + n * rng.random_range(0..owned))
+        dist::Chooser::new(self.cfg.distribution, owned as u64)
+    }
+
+    fn key(&self, j: u64) -> usize {
+        self.index + self.cfg.connections * j as usize
     }
 
     async fn run(self) {
@@ -282,6 +289,7 @@ impl Conn {
         let total = self.cfg.set + self.cfg.get + self.cfg.del;
         let read_share = self.cfg.get / total;
         let mut stop = self.stop.clone();
+        let mut chooser = self.chooser();
         let mut con: Option<MultiplexedConnection> = None;
         let mut in_flight = FuturesUnordered::new();
         // Stagger the connections' ticks across one period.
@@ -304,12 +312,13 @@ impl Conn {
                     if con.is_none() {
                         con = self.connect().await;
                     }
-                    let (Some(c), Some(k)) = (con.clone(), self.pick_key(&mut rng)) else {
+                    let read = rng.random_bool(read_share.clamp(0.0, 1.0));
+                    let picked = chooser.pick(&mut rng, !read).map(|j| self.key(j));
+                    let (Some(c), Some(k)) = (con.clone(), picked) else {
                         local.unavailable += 1;
                         continue;
                     };
                     let ledger = self.ledger.clone();
-                    let read = rng.random_bool(read_share.clamp(0.0, 1.0));
                     in_flight.push(op(c, ledger, k, read, intended));
                 }
             }
@@ -406,6 +415,7 @@ mod tests {
             connections: 3,
             timeout: Duration::from_secs(1),
             seed: 1,
+            distribution: dist::Distribution::Uniform,
         };
         let mut seen = std::collections::BTreeSet::new();
         for index in 0..3 {
@@ -418,8 +428,9 @@ mod tests {
                 stats: Default::default(),
             };
             let mut rng = rand::rngs::SmallRng::seed_from_u64(index as u64);
+            let mut chooser = conn.chooser();
             for _ in 0..200 {
-                let k = conn.pick_key(&mut rng).unwrap();
+                let k = conn.key(chooser.pick(&mut rng, true).unwrap());
                 assert_eq!(k % 3, index);
                 assert!(k < 10);
                 seen.insert(k);
