@@ -351,6 +351,24 @@ fn an_allocator_that_never_loads_is_an_error_not_a_silent_glibc_run() {
 }
 
 #[test]
+fn redis_with_an_fsynced_aof_loses_nothing_and_with_snapshots_only_loses_writes() {
+    require_tool("redis-server", "redis-server");
+    let run = soak_run("suites/redis-durability.yaml", &["--duration-scale", "0.4"]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let cells = run.summary()["cells"].as_array().unwrap();
+    let (aof, snap) = (&cells[0], &cells[1]);
+    assert_eq!(aof["id"], "durability=aof-always");
+    assert_eq!(aof["verdict"], "pass", "{}", aof["integrity"]);
+    assert_eq!(aof["integrity"]["lost"], 0);
+    assert!(aof["integrity"]["verified"].as_u64().unwrap() > 1000);
+    assert_eq!(snap["id"], "durability=snapshots-only");
+    assert_eq!(snap["verdict"], "fail");
+    // Every write since start is gone: no snapshot was due yet.
+    let lost = snap["integrity"]["lost"].as_u64().unwrap();
+    assert!(lost > 1000, "{}", snap["integrity"]);
+}
+
+#[test]
 fn a_node_that_never_gets_ready_is_an_environment_error_with_its_log() {
     let run = soak_run("tests/suites/never-ready.yaml", &[]);
     assert_eq!(run.code(), 3, "{}", run.stderr());
