@@ -1,0 +1,40 @@
+//! The ledger's memory at the size of a night's soak: 10 million keys,
+//! every one written and acknowledged, measured as the growth of this test
+//! process's resident memory (its own binary: nothing else runs in it).
+
+use soak::workload::ledger::Ledger;
+
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches(" kB")
+        .trim()
+        .parse()
+        .unwrap();
+    kb * 1024
+}
+
+#[test]
+fn ten_million_keys_fit_in_100_mib() {
+    const KEYS: usize = 10_000_000;
+    let before = rss_bytes();
+    let ledger = Ledger::new(KEYS, 100, 0.9, 0.1, 42);
+    for k in 0..KEYS {
+        let v = ledger.next_version(k);
+        ledger.ack(k, v);
+    }
+    assert!((0..KEYS).step_by(9973).all(|k| ledger.is_touched(k)));
+    let grown = rss_bytes() - before;
+    eprintln!(
+        "ledger of {KEYS} keys: {:.1} MiB resident, {:.2} bytes/key",
+        grown as f64 / 1048576.0,
+        grown as f64 / KEYS as f64
+    );
+    assert!(grown <= 100 << 20, "{grown} bytes");
+    // And it was really there: at least the 9 bytes a key it is made of.
+    assert!(grown >= 9 * KEYS as u64 * 9 / 10, "{grown} bytes");
+}
