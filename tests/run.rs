@@ -369,6 +369,24 @@ fn redis_with_an_fsynced_aof_loses_nothing_and_with_snapshots_only_loses_writes(
 }
 
 #[test]
+fn a_stalled_node_shows_as_latency_not_as_a_lower_rate() {
+    // SIGSTOP for 1 s in 5 s of a 500/s load.
+    let run = soak_run("tests/suites/pause-latency.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let load = &run.cell()["load"];
+    let rate = load["ops_per_s"].as_f64().unwrap();
+    assert!((475.0..=525.0).contains(&rate), "{load}");
+    assert_eq!(load["errors"], 0, "{load}");
+    let lat = &load["latency_us"];
+    // Requests scheduled during the stall waited for it, measured from
+    // when they should have started...
+    assert!(lat["max"].as_u64().unwrap() >= 900_000, "{lat}");
+    assert!(lat["p99"].as_u64().unwrap() >= 500_000, "{lat}");
+    // ...while most of the run was fast.
+    assert!(lat["p50"].as_u64().unwrap() < 100_000, "{lat}");
+}
+
+#[test]
 fn a_node_that_never_gets_ready_is_an_environment_error_with_its_log() {
     let run = soak_run("tests/suites/never-ready.yaml", &[]);
     assert_eq!(run.code(), 3, "{}", run.stderr());
