@@ -277,10 +277,6 @@ fn series_table(w: &mut impl Write, m: &super::MemorySummary) -> io::Result<()> 
     if m.samples == 0 {
         return Ok(());
     }
-    let rate = |v: Option<f64>| {
-        v.map(|v| format!("{:+.1} MiB/h", v / 1048576.0))
-            .unwrap_or_else(|| "n/a".into())
-    };
     writeln!(w, "| series | peak | steady | growth | 95% interval | p (growth) | limit reached in |\n|---|---:|---:|---:|---:|---:|---:|")?;
     for (name, a) in [
         ("RSS", &m.rss),
@@ -299,9 +295,9 @@ fn series_table(w: &mut impl Write, m: &super::MemorySummary) -> io::Result<()> 
             a.steady
                 .map(|v| Bytes(v as u64).to_string())
                 .unwrap_or_else(|| "n/a".into()),
-            rate(a.slope_per_hour),
-            rate(a.slope_low_per_hour),
-            rate(a.slope_high_per_hour),
+            mib_per_h(a.slope_per_hour),
+            mib_per_h(a.slope_low_per_hour),
+            mib_per_h(a.slope_high_per_hour),
             a.p_growth
                 .map(|p| format!("{p:.1e}"))
                 .unwrap_or_else(|| "n/a".into()),
