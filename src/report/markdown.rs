@@ -22,6 +22,13 @@ fn mib_per_h(v: Option<f64>) -> String {
     }
 }
 
+/// Where a series settled, or `n/a`.
+fn steady(a: &crate::analysis::SeriesAnalysis) -> String {
+    a.steady
+        .map(|v| Bytes(v as u64).to_string())
+        .unwrap_or_else(|| "n/a".into())
+}
+
 fn value_text(v: &serde_json::Value, unit: &str) -> String {
     match (v, unit) {
         (serde_json::Value::Null, _) => "n/a".into(),
@@ -292,9 +299,7 @@ fn series_table(w: &mut impl Write, m: &super::MemorySummary) -> io::Result<()> 
             w,
             "| {name} | {} | {} | {} | {} .. {} | {} | {} |",
             Bytes(a.peak),
-            a.steady
-                .map(|v| Bytes(v as u64).to_string())
-                .unwrap_or_else(|| "n/a".into()),
+            steady(a),
             mib_per_h(a.slope_per_hour),
             mib_per_h(a.slope_low_per_hour),
             mib_per_h(a.slope_high_per_hour),
@@ -328,10 +333,7 @@ fn glance(w: &mut impl Write, s: &super::Summary) -> io::Result<()> {
             "| `{}` | {alloc} | {} | {} | {} | {} | {} | {} |",
             c.id,
             Bytes(m.peak_rss_bytes),
-            m.rss
-                .steady
-                .map(|v| Bytes(v as u64).to_string())
-                .unwrap_or_else(|| "n/a".into()),
+            steady(&m.rss),
             Bytes(m.peak_cgroup_bytes),
             m.fragmentation
                 .map(|f| format!("{f:.2}"))
