@@ -16,10 +16,9 @@ use crate::driver::cgroup::{self, Cgroup};
 use crate::driver::process::{Probe, ProcessNode, Spec};
 use crate::driver::DriverError;
 use crate::exit;
-use crate::report::{
-    self, CellResult, CheckResult, Latency, LoadSummary, MemorySummary, Summary, Verdict,
-};
+use crate::report::{self, CellResult, CheckResult, LoadSummary, MemorySummary, Summary, Verdict};
 use crate::suite::checks::Series;
+use crate::suite::LoadRate;
 use crate::suite::{matrix, template, CellDef, CountCheck, Severity, Suite, SuiteError};
 use crate::telemetry::{prometheus, Sample, Sampler, Scraper, Target};
 use crate::verify::Integrity;
@@ -419,11 +418,17 @@ async fn run_cell(
         Some(w) => Some(Engine::new(LoadConfig {
             target: render(&w.resp.target, &vars)?,
             keys: w.keys.0 as usize,
-            value_size: w.value_size.0 as usize,
+            value_size: (w.value_size.min as usize, w.value_size.max as usize),
             set: w.mix.set,
             get: w.mix.get,
             del: w.mix.del,
-            rate: w.rate.0,
+            mget: w.mix.mget,
+            mget_keys: w.mget_keys.0 as usize,
+            rate: match w.rate {
+                LoadRate::Fixed(r) => Some(r),
+                LoadRate::Max => None,
+            },
+            pipeline: w.pipeline.map(|p| p.0 as usize).unwrap_or(1),
             connections: w.connections.0 as usize,
             timeout: w.timeout.0,
             seed,
@@ -444,6 +449,9 @@ async fn run_cell(
     };
 
     let interval = opts.interval.unwrap_or(suite.telemetry.interval.0);
+    if let Some(e) = engine.as_mut() {
+        e.log_intervals(&cell_dir.join("latency.csv"), interval, origin);
+    }
     let sampler = Sampler::start(
         target.clone(),
         interval,
@@ -500,6 +508,11 @@ async fn run_cell(
     let integrity_found = cell.integrity;
     drop(cell);
     let samples = sampler.stop().await;
+    if let Some(e) = engine.as_mut() {
+        if let Err(err) = e.close_log().await {
+            events.emit("error", format!("latency.csv: {err}"));
+        }
+    }
     let scrapes = match scraper {
         Some(s) => Some(s.stop().await),
         None => None,
@@ -605,27 +618,14 @@ async fn run_cell(
     };
     events.emit("verdict", verdict.as_str());
 
-    let load = load.map(|l| LoadSummary {
-        active_s: l.active_s,
-        sets: l.sets_ok,
-        gets: l.gets_ok,
-        dels: l.dels_ok,
-        errors: l.errors,
-        unavailable: l.unavailable,
-        corrupted_reads: l.corrupted_reads,
-        ops_per_s: l.ops_per_s(),
-        latency_us: Latency {
-            p50: l.latency_us.value_at_quantile(0.5),
-            p90: l.latency_us.value_at_quantile(0.9),
-            p99: l.latency_us.value_at_quantile(0.99),
-            p999: l.latency_us.value_at_quantile(0.999),
-            max: l.latency_us.max(),
-        },
-    });
+    let load = load.as_ref().map(LoadSummary::of);
     let mut files: BTreeMap<String, String> = ["node.log", "samples.csv", "events.jsonl"]
         .iter()
         .map(|f| (f.to_string(), format!("{rel_dir}/{f}")))
         .collect();
+    if engine.is_some() {
+        files.insert("latency.csv".into(), format!("{rel_dir}/latency.csv"));
+    }
     for e in &execs {
         files.insert(e.log.clone(), format!("{rel_dir}/{}", e.log));
     }
@@ -789,7 +789,7 @@ fn evaluate(
         out.push(CheckResult {
             name: "throughput".into(),
             verdict: verdict_of(rate >= t.min.0, t.severity),
-            value: rate.into(),
+            value: ((rate * 10.0).round() / 10.0).into(),
             limit: t.min.0.into(),
             detail: None,
             unit: "ops/s".into(),

@@ -22,7 +22,7 @@ fn rss_bytes() -> u64 {
 fn ten_million_keys_fit_in_100_mib() {
     const KEYS: usize = 10_000_000;
     let before = rss_bytes();
-    let ledger = Ledger::new(KEYS, 100, 0.9, 0.1, 42);
+    let ledger = Ledger::new(KEYS, (100, 100), 0.9, 0.1, 42);
     for k in 0..KEYS {
         let v = ledger.next_version(k);
         ledger.ack(k, v);

@@ -36,6 +36,17 @@ impl Run {
     fn cell(&self) -> &Value {
         &self.summary()["cells"][0]
     }
+    /// A file of the first cell, by its name in `files` or its path
+    /// relative to the cell's folder.
+    fn file(&self, name: &str) -> String {
+        let dir = self.report_dir.as_ref().expect("a report folder");
+        let cell = self.summary()["cells"][0]["files"]["events.jsonl"]
+            .as_str()
+            .expect("the cell's events file");
+        let cell_dir = dir.join(Path::new(cell).parent().unwrap());
+        std::fs::read_to_string(cell_dir.join(name))
+            .unwrap_or_else(|e| panic!("{}: {e}", cell_dir.join(name).display()))
+    }
 }
 
 fn soak_run(suite_file: &str, extra: &[&str]) -> Run {
@@ -384,6 +395,64 @@ fn a_stalled_node_shows_as_latency_not_as_a_lower_rate() {
     assert!(lat["p99"].as_u64().unwrap() >= 500_000, "{lat}");
     // ...while most of the run was fast.
     assert!(lat["p50"].as_u64().unwrap() < 100_000, "{lat}");
+    // Per phase: the first run was fast, the stall's latency lands in the
+    // phases that were running when the replies came.
+    let phases = run.cell()["phases"].as_array().unwrap();
+    assert_eq!(phases[0]["phase"], "run 2s");
+    let first = &phases[0]["load"];
+    assert!(
+        first["latency_us"]["max"].as_u64().unwrap() < 500_000,
+        "{first}"
+    );
+    let first_rate = first["ops_per_s"].as_f64().unwrap();
+    assert!((450.0..=550.0).contains(&first_rate), "{first}");
+    let later_max = phases[1..]
+        .iter()
+        .filter_map(|p| p["load"]["latency_us"]["max"].as_u64())
+        .max()
+        .unwrap();
+    assert!(later_max >= 900_000, "{phases:?}");
+    // Per interval (latency.csv): about 500 per second, and one interval
+    // whose slowest reply waited out the stall.
+    let csv = run.file("latency.csv");
+    let rows: Vec<Vec<f64>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').map(|x| x.parse().unwrap()).collect())
+        .collect();
+    assert!(rows.len() >= 4, "{csv}");
+    assert!(rows.iter().any(|r| r[11] >= 900_000.0), "{csv}");
+    let ops: f64 = rows.iter().map(|r| r[1]).sum();
+    assert!((2300.0..=2700.0).contains(&ops), "{csv}");
+}
+
+#[test]
+fn a_closed_loop_runs_as_fast_as_redis_answers_a_mix_with_mget_and_value_ranges() {
+    require_tool("redis-server", "redis-server");
+    let run = soak_run("tests/suites/closed-loop.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let cell = run.cell();
+    let load = &cell["load"];
+    // Far above what any fixed rate in the suite would give: the loop is
+    // bound only by the node.
+    assert!(load["ops_per_s"].as_f64().unwrap() > 5000.0, "{load}");
+    for op in ["sets", "gets", "mgets", "dels"] {
+        assert!(load[op].as_u64().unwrap() > 100, "{op}: {load}");
+    }
+    assert_eq!(load["fill_sets"], 20_000, "{load}");
+    assert_eq!(load["corrupted_reads"], 0);
+    assert_eq!(cell["integrity"]["lost"], 0);
+    assert!(cell["integrity"]["verified"].as_u64().unwrap() > 10_000);
+    // The `load` phase is recorded with its rate; the run with latencies.
+    let phases = cell["phases"].as_array().unwrap();
+    assert_eq!(phases[0]["load"]["fill_sets"], 20_000);
+    assert!(phases[1]["load"]["latency_us"]["p99"].as_u64().unwrap() > 0);
+    let report =
+        std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+    assert!(
+        report.contains("| phase | from | ops/s | writes/s | reads/s |"),
+        "{report}"
+    );
 }
 
 #[test]

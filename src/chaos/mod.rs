@@ -538,7 +538,16 @@ impl<'a> Cell<'a> {
         for p in phases {
             let start = self.events.t();
             self.events.emit("phase", p.to_string());
+            let before = self.engine.as_deref().map(|e| e.stats());
             let outcome = self.run_phase(p).await;
+            let load = match (&before, self.engine.as_deref()) {
+                (Some(b), Some(e)) => {
+                    let d = e.stats().since(b);
+                    (d.ops_ok() + d.errors + d.fill_sets > 0)
+                        .then(|| crate::report::LoadSummary::of(&d))
+                }
+                _ => None,
+            };
             let text = match &outcome {
                 Ok(t) => t.clone(),
                 Err(e) => format!("error: {e}"),
@@ -548,6 +557,7 @@ impl<'a> Cell<'a> {
                 start_s: start,
                 end_s: self.events.t(),
                 outcome: text,
+                load,
             });
             outcome?;
         }

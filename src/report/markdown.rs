@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-use super::{CellResult, Summary, Verdict};
+use super::{CellResult, Latency, LoadSummary, Summary, Verdict};
 use crate::units::Bytes;
 
 fn badge(v: Verdict) -> &'static str {
@@ -75,12 +75,7 @@ pub fn write(
         let (ops, p99) = c
             .load
             .as_ref()
-            .map(|l| {
-                (
-                    format!("{:.0}", l.ops_per_s),
-                    format!("{:.2} ms", l.latency_us.p99 as f64 / 1000.0),
-                )
-            })
+            .map(|l| (format!("{:.0}", l.ops_per_s), ms(l, |l| l.p99)))
             .unwrap_or(("n/a".into(), "n/a".into()));
         writeln!(
             w,
@@ -105,6 +100,14 @@ pub fn write(
         cell(w, c, charts.get(&c.id).map(Vec::as_slice).unwrap_or(&[]))?;
     }
     Ok(())
+}
+
+/// One latency figure of a load, in milliseconds, or "n/a".
+fn ms(l: &LoadSummary, f: impl Fn(&Latency) -> u64) -> String {
+    l.latency_us
+        .as_ref()
+        .map(|x| format!("{:.2} ms", f(x) as f64 / 1000.0))
+        .unwrap_or_else(|| "n/a".into())
 }
 
 fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<()> {
@@ -202,21 +205,61 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
     if let Some(l) = &c.load {
         writeln!(
             w,
-            "**Load:** {:.0} ops/s over {:.0} s ({} SET, {} GET, {} DEL acknowledged; {} errors; {} not sent while the node was down; {} corrupted reads). Latency from scheduled start: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms.\n",
+            "**Load:** {:.0} ops/s over {:.0} s: {:.0} writes/s, {:.0} reads/s ({} SET, {} GET, {} MGET, {} DEL acknowledged{}; {} errors; {} not sent while the node was down; {} corrupted reads). Latency (from the scheduled start; from the send at `rate: max`): p50 {}, p90 {}, p99 {}, p99.9 {}, max {}. Per interval: `latency.csv`.\n",
             l.ops_per_s,
             l.active_s,
+            l.writes_per_s,
+            l.reads_per_s,
             l.sets,
             l.gets,
+            l.mgets,
             l.dels,
+            if l.fill_sets > 0 {
+                format!("; {} SET by `load`", l.fill_sets)
+            } else {
+                String::new()
+            },
             l.errors,
             l.unavailable,
             l.corrupted_reads,
-            l.latency_us.p50 as f64 / 1000.0,
-            l.latency_us.p90 as f64 / 1000.0,
-            l.latency_us.p99 as f64 / 1000.0,
-            l.latency_us.p999 as f64 / 1000.0,
-            l.latency_us.max as f64 / 1000.0
+            ms(l, |l| l.p50),
+            ms(l, |l| l.p90),
+            ms(l, |l| l.p99),
+            ms(l, |l| l.p999),
+            ms(l, |l| l.max),
         )?;
+    }
+    let loaded: Vec<_> = c
+        .phases
+        .iter()
+        .filter_map(|p| p.load.as_ref().map(|l| (p, l)))
+        .collect();
+    if !loaded.is_empty() {
+        writeln!(w, "| phase | from | ops/s | writes/s | reads/s | errors | p50 | p99 | p99.9 | max |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")?;
+        for (p, l) in loaded {
+            // A `load` phase's SETs are pipelined and outside the rate.
+            let (ops, writes) = if l.fill_sets > 0 && l.ops_per_s == 0.0 {
+                let fill = l.fill_sets as f64 / (p.end_s - p.start_s).max(1e-9);
+                (fill, fill)
+            } else {
+                (l.ops_per_s, l.writes_per_s)
+            };
+            writeln!(
+                w,
+                "| {} | {:.1} s | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} | {} |",
+                p.phase,
+                p.start_s,
+                ops,
+                writes,
+                l.reads_per_s,
+                l.errors,
+                ms(l, |l| l.p50),
+                ms(l, |l| l.p99),
+                ms(l, |l| l.p999),
+                ms(l, |l| l.max),
+            )?;
+        }
+        writeln!(w)?;
     }
     if !c.phases.is_empty() {
         writeln!(w, "<details><summary>Phases</summary>\n\n| phase | from | to | outcome |\n|---|---:|---:|---|")?;

@@ -146,17 +146,49 @@ pub struct Restart {
     pub exit: String,
 }
 
+/// The load of a cell, or of one phase.
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadSummary {
+    /// Seconds the load ran.
     pub active_s: f64,
     pub sets: u64,
     pub gets: u64,
     pub dels: u64,
+    pub mgets: u64,
+    /// SETs of `load` phases (pipelined, outside the rate).
+    pub fill_sets: u64,
     pub errors: u64,
     pub unavailable: u64,
     pub corrupted_reads: u64,
+    /// Acknowledged operations (not `load` SETs) per second of load.
     pub ops_per_s: f64,
-    pub latency_us: Latency,
+    /// SETs and DELs per second.
+    pub writes_per_s: f64,
+    /// GETs and MGETs per second.
+    pub reads_per_s: f64,
+    /// From the scheduled start (the send, in a closed loop) to the reply;
+    /// `None` when no request was answered.
+    pub latency_us: Option<Latency>,
+}
+
+impl LoadSummary {
+    pub fn of(l: &crate::workload::LoadStats) -> LoadSummary {
+        LoadSummary {
+            active_s: l.active_s,
+            sets: l.sets_ok,
+            gets: l.gets_ok,
+            dels: l.dels_ok,
+            mgets: l.mgets_ok,
+            fill_sets: l.fill_sets,
+            errors: l.errors,
+            unavailable: l.unavailable,
+            corrupted_reads: l.corrupted_reads,
+            ops_per_s: l.ops_per_s(),
+            writes_per_s: l.per_s(l.writes()),
+            reads_per_s: l.per_s(l.reads()),
+            latency_us: Latency::of(&l.latency_us),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -168,12 +200,26 @@ pub struct Latency {
     pub max: u64,
 }
 
+impl Latency {
+    pub fn of(h: &hdrhistogram::Histogram<u64>) -> Option<Latency> {
+        (!h.is_empty()).then(|| Latency {
+            p50: h.value_at_quantile(0.5),
+            p90: h.value_at_quantile(0.9),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+        })
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct PhaseRecord {
     pub phase: String,
     pub start_s: f64,
     pub end_s: f64,
     pub outcome: String,
+    /// The load while the phase ran, where there was any.
+    pub load: Option<LoadSummary>,
 }
 
 /// `90s`, `12m 5s`, `2h 3m`, `450ms`.

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 pub use checks::{Checks, CountCheck, Severity};
 pub use matrix::{CellDef, Matrix};
 pub use phase::{Action, ChaosSpec, ExecSpec, Phase};
-pub use values::{Count, Dur, GrowthRate, Rate, Sig, Size};
+pub use values::{Count, Dur, GrowthRate, LoadRate, Rate, Sig, Size, SizeRange};
 
 use crate::driver::allocator::Profile;
 
@@ -149,9 +149,18 @@ pub struct Workload {
     /// `{ zipfian: 0.99 }`, latest.
     #[serde(default)]
     pub distribution: crate::workload::dist::Distribution,
-    pub value_size: Size,
+    /// Fixed (`100B`) or a range (`100B..4KiB`), each value's size drawn
+    /// in it.
+    pub value_size: SizeRange,
     pub mix: Mix,
-    pub rate: Rate,
+    /// Operations per second across all connections, scheduled by the
+    /// clock; or `max`: each connection keeps `pipeline` requests in flight.
+    pub rate: LoadRate,
+    /// With `rate: max`, the requests each connection keeps in flight.
+    pub pipeline: Option<Count>,
+    /// Keys one MGET asks for.
+    #[serde(default = "default_mget_keys")]
+    pub mget_keys: Count,
     #[serde(default = "default_connections")]
     pub connections: Count,
     /// How long one request may take before it counts as failed (in doubt).
@@ -159,6 +168,9 @@ pub struct Workload {
     pub timeout: Dur,
 }
 
+fn default_mget_keys() -> Count {
+    Count(10)
+}
 fn default_connections() -> Count {
     Count(4)
 }
@@ -182,6 +194,9 @@ pub struct Mix {
     pub get: f64,
     #[serde(default)]
     pub del: f64,
+    /// Reads of `mget_keys` keys at once.
+    #[serde(default)]
+    pub mget: f64,
 }
 
 /// A suite that cannot be used, with where and how to fix it.
@@ -308,10 +323,10 @@ impl Suite {
         out.extend(self.check_templates(&cells));
         if let Some(w) = &self.workload {
             let m = w.mix;
-            if [m.set, m.get, m.del]
+            if [m.set, m.get, m.del, m.mget]
                 .iter()
                 .any(|v| *v < 0.0 || !v.is_finite())
-                || m.set + m.get + m.del <= 0.0
+                || m.set + m.get + m.del + m.mget <= 0.0
             {
                 out.push((
                     "workload.mix".into(),
@@ -334,7 +349,28 @@ impl Suite {
                     "connections must be between 1 and 1024".into(),
                 ));
             }
-            if w.value_size.0 > 512 << 20 {
+            if w.pipeline.is_some() && w.rate != LoadRate::Max {
+                out.push((
+                    "workload.pipeline".into(),
+                    "`pipeline` is the closed loop's depth and needs `rate: max`; at a fixed rate, requests go out when they are scheduled".into(),
+                ));
+            }
+            if let Some(p) = w.pipeline {
+                if p.0 == 0 || p.0 > 1024 {
+                    out.push((
+                        "workload.pipeline".into(),
+                        "pipeline must be between 1 and 1024 requests in flight per connection"
+                            .into(),
+                    ));
+                }
+            }
+            if w.mix.mget > 0.0 && (w.mget_keys.0 == 0 || w.mget_keys.0 > 10_000) {
+                out.push((
+                    "workload.mget_keys".into(),
+                    "an MGET asks for between 1 and 10000 keys".into(),
+                ));
+            }
+            if w.value_size.max > 512 << 20 {
                 out.push((
                     "workload.value_size".into(),
                     "values above 512MiB are refused by RESP servers".into(),

@@ -55,6 +55,14 @@ manual!(
         ]
     })
 );
+manual!(super::values::LoadRate, "LoadRate", |g| json_schema!({
+    "description": "Operations per second, e.g. 20000/s or 20k/s; or max, for a closed loop",
+    "anyOf": [{ "const": "max" }, { "type": "string", "pattern": r"^\s*[0-9][0-9_]*(\.[0-9]+)?\s*(k|K|M)?/s\s*$" }]
+}));
+manual!(super::values::SizeRange, "SizeRange", |g| json_schema!({
+    "description": "A size such as 100B, or a range MIN..MAX such as 100B..4KiB",
+    "anyOf": [{ "type": "integer", "minimum": 0 }, { "type": "string", "pattern": r"^\s*[0-9][0-9_]*(\.[0-9]+)?\s*(B|KiB|MiB|GiB|TiB|KB|kB|MB|GB|TB|K|M|G|T)?\s*(\.\.\s*[0-9][0-9_]*(\.[0-9]+)?\s*(B|KiB|MiB|GiB|TiB|KB|kB|MB|GB|TB|K|M|G|T)?\s*)?$" }]
+}));
 manual!(Count, "Count", |g| json_schema!({
     "description": "A whole number; `_` may group digits (100_000)",
     "anyOf": [{ "type": "integer", "minimum": 0 }, { "type": "string", "pattern": r"^[0-9][0-9_]*$" }]

@@ -118,6 +118,54 @@ text_value!(Rate, "a rate such as 2000/s or 20k/s", |s: &str| {
     }
 });
 
+/// The load's rate: `2000/s`, or `max` for a closed loop that sends the
+/// next request as soon as a reply comes back.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub enum LoadRate {
+    #[serde(rename = "max")]
+    Max,
+    #[serde(untagged)]
+    Fixed(f64),
+}
+text_value!(
+    LoadRate,
+    "a rate such as 2000/s or 20k/s, or max",
+    |s: &str| {
+        if s.trim() == "max" {
+            return Ok(LoadRate::Max);
+        }
+        let r = units::parse_rate(s)
+            .map_err(|e| format!("{e}; or write `max` for as fast as the node answers"))?;
+        if r > 0.0 {
+            Ok(LoadRate::Fixed(r))
+        } else {
+            Err(format!("{s:?} is not a valid rate: it must be above 0"))
+        }
+    }
+);
+
+/// A value size: fixed (`100B`) or a range (`100B..4KiB`), inclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct SizeRange {
+    pub min: u64,
+    pub max: u64,
+}
+text_value!(
+    SizeRange,
+    "a size such as 100B, or a range such as 100B..4KiB",
+    |s: &str| {
+        let (a, b) = s.split_once("..").unwrap_or((s, s));
+        let min = units::parse_size(a).map_err(|e| e.to_string())?;
+        let max = units::parse_size(b).map_err(|e| e.to_string())?;
+        if min > max {
+            return Err(format!(
+                "`{s}`: the range's first size is larger than its second; write MIN..MAX, e.g. 100B..4KiB"
+            ));
+        }
+        Ok(SizeRange { min, max })
+    }
+);
+
 /// A whole number, where `1_000_000` is allowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Count(pub u64);

@@ -29,7 +29,10 @@ pub struct Ledger {
     seed: u64,
     /// Share of writes that are SETs (the rest are DELs), in 1/2^32.
     set_share: u64,
-    pub value_size: usize,
+    /// Values are between these sizes (inclusive), each one's size derived
+    /// from its key and version.
+    pub value_min: usize,
+    pub value_max: usize,
 }
 
 /// splitmix64: a fast, well-mixed hash of one word.
@@ -67,7 +70,13 @@ pub enum KeyVerdict {
 }
 
 impl Ledger {
-    pub fn new(keys: usize, value_size: usize, set: f64, del: f64, seed: u64) -> Ledger {
+    pub fn new(
+        keys: usize,
+        (value_min, value_max): (usize, usize),
+        set: f64,
+        del: f64,
+        seed: u64,
+    ) -> Ledger {
         let share = if set + del > 0.0 {
             set / (set + del)
         } else {
@@ -79,7 +88,8 @@ impl Ledger {
             flags: (0..keys).map(|_| AtomicU8::new(0)).collect(),
             seed,
             set_share: (share * (1u64 << 32) as f64) as u64,
-            value_size,
+            value_min,
+            value_max: value_max.max(value_min),
         }
     }
 
@@ -105,20 +115,73 @@ impl Ledger {
     }
 
     /// The value of version `v` of key `k`: a header that names both, then
-    /// filler derived from them, `value_size` bytes in all (at least the header).
+    /// filler derived from them: `value_min..=value_max` bytes in all (at
+    /// least the header), the size derived from the key and version too.
     pub fn value(&self, k: usize, v: u32) -> Vec<u8> {
-        let mut out = format!("{k}:{v}:").into_bytes();
-        let mut state = mix64(self.seed ^ 0xA5A5 ^ ((k as u64) << 32) ^ v as u64);
-        while out.len() < self.value_size {
+        let mut out = Vec::with_capacity(self.value_len(k, v));
+        self.value_into(k, v, &mut out);
+        out
+    }
+
+    fn value_state(&self, k: usize, v: u32) -> u64 {
+        mix64(self.seed ^ 0xA5A5 ^ ((k as u64) << 32) ^ v as u64)
+    }
+
+    fn header_len(k: usize, v: u32) -> usize {
+        fn digits(mut n: u64) -> usize {
+            let mut d = 1;
+            while n >= 10 {
+                n /= 10;
+                d += 1;
+            }
+            d
+        }
+        digits(k as u64) + digits(v as u64) + 2
+    }
+
+    /// The length of [`Ledger::value`]`(k, v)`, without making it.
+    pub fn value_len(&self, k: usize, v: u32) -> usize {
+        let size = if self.value_max > self.value_min {
+            let span = (self.value_max - self.value_min + 1) as u64;
+            self.value_min + (self.value_state(k, v) % span) as usize
+        } else {
+            self.value_min
+        };
+        size.max(Self::header_len(k, v))
+    }
+
+    /// Whether `bytes` is [`Ledger::value`]`(k, v)` (without allocating).
+    pub fn is_value(&self, k: usize, v: u32, bytes: &[u8]) -> bool {
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        if bytes.len() != self.value_len(k, v) {
+            return false;
+        }
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            s.clear();
+            self.value_into(k, v, &mut s);
+            s.as_slice() == bytes
+        })
+    }
+
+    /// Appends [`Ledger::value`]`(k, v)` to `out`.
+    pub fn value_into(&self, k: usize, v: u32, out: &mut Vec<u8>) {
+        use std::io::Write;
+        let start = out.len();
+        let size = self.value_len(k, v);
+        let _ = write!(out, "{k}:{v}:");
+        let mut state = self.value_state(k, v);
+        while out.len() - start < size {
             state = mix64(state);
             for b in state.to_le_bytes() {
-                if out.len() == self.value_size {
+                if out.len() - start == size {
                     break;
                 }
                 out.push(b'a' + b % 26);
             }
         }
-        out
     }
 
     /// Reads a value back: which version of key `k` it is, if any.
@@ -133,7 +196,7 @@ impl Ledger {
         let parse = |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<u64>().ok();
         match (parse(kk), parse(vv)) {
             (Some(kk), Some(v)) if kk == k as u64 && v <= u32::MAX as u64 => {
-                if self.value(k, v as u32) == value {
+                if self.is_value(k, v as u32, value) {
                     Observed::Version(v as u32)
                 } else {
                     Observed::Garbage
@@ -233,7 +296,7 @@ mod tests {
     use super::*;
 
     fn ledger() -> Ledger {
-        Ledger::new(100, 64, 0.8, 0.2, 7)
+        Ledger::new(100, (64, 64), 0.8, 0.2, 7)
     }
 
     fn set_version(l: &Ledger, k: usize, from: u32) -> u32 {
@@ -251,6 +314,18 @@ mod tests {
         flipped[40] ^= 1;
         assert_eq!(l.decode(5, Some(&flipped)), Observed::Garbage);
         assert_eq!(l.decode(5, None), Observed::Absent);
+    }
+
+    #[test]
+    fn a_size_range_gives_values_across_it_that_still_decode() {
+        let l = Ledger::new(1000, (100, 4096), 1.0, 0.0, 3);
+        let sizes: Vec<usize> = (0..1000).map(|k| l.value(k, 1).len()).collect();
+        assert!(sizes.iter().all(|s| (100..=4096).contains(s)));
+        // Spread over the range, not stuck at one end.
+        assert!(sizes.iter().any(|s| *s < 500) && sizes.iter().any(|s| *s > 3700));
+        for k in [0, 17, 999] {
+            assert_eq!(l.decode(k, Some(&l.value(k, 1))), Observed::Version(1));
+        }
     }
 
     #[test]

@@ -10,15 +10,17 @@
 
 pub mod dist;
 pub mod ledger;
+pub mod resp;
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::stream::{FuturesUnordered, StreamExt};
 use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
+use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -26,19 +28,28 @@ use tokio::time::Instant;
 pub use ledger::Ledger;
 use ledger::WriteKind;
 
-/// Most requests one connection keeps in flight; past it, scheduling waits
-/// (latency still counts from the scheduled time).
+/// Most requests one connection keeps in flight at a fixed rate; past it,
+/// scheduling waits (latency still counts from the scheduled time).
 const MAX_IN_FLIGHT: usize = 1024;
+
+/// How often a connection adds what it counted to the engine's totals.
+const FLUSH_EVERY: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone)]
 pub struct LoadConfig {
     pub target: String,
     pub keys: usize,
-    pub value_size: usize,
+    /// Smallest and largest value, inclusive.
+    pub value_size: (usize, usize),
     pub set: f64,
     pub get: f64,
     pub del: f64,
-    pub rate: f64,
+    pub mget: f64,
+    pub mget_keys: usize,
+    /// Operations per second across all connections; `None` is a closed
+    /// loop in which each connection keeps `pipeline` requests in flight.
+    pub rate: Option<f64>,
+    pub pipeline: usize,
     pub connections: usize,
     pub timeout: Duration,
     pub seed: u64,
@@ -51,18 +62,24 @@ pub struct LoadStats {
     pub sets_ok: u64,
     pub gets_ok: u64,
     pub dels_ok: u64,
+    pub mgets_ok: u64,
     /// Requests that failed (errors, timeouts, connection loss).
     pub errors: u64,
     /// Scheduled operations not sent because the node was down.
     pub unavailable: u64,
     /// GETs that returned a value no write of that key produced.
     pub corrupted_reads: u64,
-    /// Latency from scheduled start to reply, in microseconds.
+    /// Latency from scheduled start to reply, in microseconds (from the
+    /// send, in a closed loop).
     pub latency_us: Histogram<u64>,
     /// Seconds the load was applied.
     pub active_s: f64,
     /// SETs acknowledged by `load` phases (not part of the rate-controlled load).
     pub fill_sets: u64,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds")
 }
 
 impl Default for LoadStats {
@@ -71,10 +88,11 @@ impl Default for LoadStats {
             sets_ok: 0,
             gets_ok: 0,
             dels_ok: 0,
+            mgets_ok: 0,
             errors: 0,
             unavailable: 0,
             corrupted_reads: 0,
-            latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds"),
+            latency_us: histogram(),
             active_s: 0.0,
             fill_sets: 0,
         }
@@ -86,10 +104,34 @@ impl LoadStats {
         self.sets_ok += o.sets_ok;
         self.gets_ok += o.gets_ok;
         self.dels_ok += o.dels_ok;
+        self.mgets_ok += o.mgets_ok;
         self.errors += o.errors;
         self.unavailable += o.unavailable;
         self.corrupted_reads += o.corrupted_reads;
+        self.fill_sets += o.fill_sets;
         let _ = self.latency_us.add(&o.latency_us);
+    }
+
+    /// What happened between `earlier` (a snapshot of the same totals) and now.
+    pub fn since(&self, earlier: &LoadStats) -> LoadStats {
+        let mut latency_us = self.latency_us.clone();
+        let _ = latency_us.subtract(&earlier.latency_us);
+        LoadStats {
+            sets_ok: self.sets_ok - earlier.sets_ok,
+            gets_ok: self.gets_ok - earlier.gets_ok,
+            dels_ok: self.dels_ok - earlier.dels_ok,
+            mgets_ok: self.mgets_ok - earlier.mgets_ok,
+            errors: self.errors - earlier.errors,
+            unavailable: self.unavailable - earlier.unavailable,
+            corrupted_reads: self.corrupted_reads - earlier.corrupted_reads,
+            latency_us,
+            active_s: (self.active_s - earlier.active_s).max(0.0),
+            fill_sets: self.fill_sets - earlier.fill_sets,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.ops_ok() + self.errors + self.unavailable + self.fill_sets == 0
     }
 
     pub fn acknowledged_writes(&self) -> u64 {
@@ -97,17 +139,38 @@ impl LoadStats {
     }
 
     pub fn ops_ok(&self) -> u64 {
-        self.sets_ok + self.gets_ok + self.dels_ok
+        self.sets_ok + self.gets_ok + self.dels_ok + self.mgets_ok
+    }
+
+    /// Acknowledged SETs and DELs of the rate-controlled load.
+    pub fn writes(&self) -> u64 {
+        self.sets_ok + self.dels_ok
+    }
+
+    /// GETs and MGETs answered (an MGET counts once).
+    pub fn reads(&self) -> u64 {
+        self.gets_ok + self.mgets_ok
     }
 
     /// Acknowledged operations per second of rate-controlled load.
     pub fn ops_per_s(&self) -> f64 {
+        self.per_s(self.ops_ok())
+    }
+
+    pub fn per_s(&self, n: u64) -> f64 {
         if self.active_s > 0.0 {
-            self.ops_ok() as f64 / self.active_s
+            n as f64 / self.active_s
         } else {
             0.0
         }
     }
+}
+
+/// The totals of every connection, and the same since the last interval.
+#[derive(Default)]
+struct Shared {
+    total: LoadStats,
+    interval: LoadStats,
 }
 
 /// The load engine: connections that run between `resume` and `pause`,
@@ -116,8 +179,9 @@ pub struct Engine {
     pub cfg: LoadConfig,
     pub ledger: Arc<Ledger>,
     node_up: watch::Sender<bool>,
-    stats: Arc<Mutex<LoadStats>>,
+    shared: Arc<Mutex<Shared>>,
     running: Option<(watch::Sender<bool>, Vec<JoinHandle<()>>, Instant)>,
+    log: Option<(watch::Sender<bool>, JoinHandle<std::io::Result<()>>)>,
 }
 
 impl Engine {
@@ -133,8 +197,9 @@ impl Engine {
             cfg,
             ledger,
             node_up: watch::channel(true).0,
-            stats: Arc::new(Mutex::new(LoadStats::default())),
+            shared: Default::default(),
             running: None,
+            log: None,
         }
     }
 
@@ -161,7 +226,7 @@ impl Engine {
                     ledger: self.ledger.clone(),
                     node_up: self.node_up.subscribe(),
                     stop: stop_rx.clone(),
-                    stats: self.stats.clone(),
+                    shared: self.shared.clone(),
                 };
                 tokio::spawn(conn.run())
             })
@@ -178,7 +243,7 @@ impl Engine {
         for h in handles {
             let _ = h.await;
         }
-        self.stats.lock().expect("stats lock").active_s += started.elapsed().as_secs_f64();
+        self.shared.lock().expect("stats lock").total.active_s += started.elapsed().as_secs_f64();
     }
 
     /// Writes every key once, as fast as the node takes it: each connection
@@ -191,6 +256,7 @@ impl Engine {
         let tasks: Vec<JoinHandle<u64>> = (0..n)
             .map(|i| {
                 let (cfg, ledger) = (self.cfg.clone(), self.ledger.clone());
+                let shared = self.shared.clone();
                 tokio::spawn(async move {
                     let conn = Conn::connector(&cfg);
                     let Some(mut con) = conn.await else { return 0 };
@@ -214,6 +280,9 @@ impl Engine {
                                     ledger.ack(k, v);
                                 }
                                 acked += chunk.len() as u64;
+                                let mut sh = shared.lock().expect("stats lock");
+                                sh.total.fill_sets += chunk.len() as u64;
+                                sh.interval.fill_sets += chunk.len() as u64;
                             }
                             // In doubt: the ledger already says so.
                             Err(_) => break,
@@ -227,13 +296,129 @@ impl Engine {
         for t in tasks {
             total += t.await.unwrap_or(0);
         }
-        self.stats.lock().expect("stats lock").fill_sets += total;
         (total, t0.elapsed())
     }
 
-    /// Totals so far (of connections that have been paused).
+    /// Totals so far, to within one flush of each connection (100 ms);
+    /// `active_s` includes the load running now.
     pub fn stats(&self) -> LoadStats {
-        self.stats.lock().expect("stats lock").clone()
+        let mut s = self.shared.lock().expect("stats lock").total.clone();
+        if let Some((_, _, started)) = &self.running {
+            s.active_s += started.elapsed().as_secs_f64();
+        }
+        s
+    }
+
+    /// Writes `latency.csv` at `path`: one row per `every` with the
+    /// operations and latency percentiles of that interval, `t` in seconds
+    /// since `origin`. Rows are left out while nothing happens.
+    pub fn log_intervals(&mut self, path: &std::path::Path, every: Duration, origin: Instant) {
+        let (stop_tx, mut stop) = watch::channel(false);
+        let shared = self.shared.clone();
+        let path = path.to_path_buf();
+        let task = tokio::spawn(async move {
+            use std::io::Write;
+            let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
+            writeln!(out, "{}", IntervalRow::HEADER)?;
+            out.flush()?;
+            let mut tick = tokio::time::interval_at(Instant::now() + every, every);
+            let mut last = Instant::now();
+            loop {
+                let stopping = tokio::select! {
+                    _ = tick.tick() => false,
+                    _ = stop.changed() => true,
+                };
+                let s = std::mem::take(&mut shared.lock().expect("stats lock").interval);
+                let span = last.elapsed().as_secs_f64();
+                last = Instant::now();
+                if !s.is_empty() {
+                    let row = IntervalRow::of(origin.elapsed().as_secs_f64(), span, &s);
+                    writeln!(out, "{row}")?;
+                    out.flush()?;
+                }
+                if stopping {
+                    return Ok(());
+                }
+            }
+        });
+        self.log = Some((stop_tx, task));
+    }
+
+    /// Writes the last interval and closes `latency.csv`.
+    pub async fn close_log(&mut self) -> std::io::Result<()> {
+        let Some((stop, task)) = self.log.take() else {
+            return Ok(());
+        };
+        let _ = stop.send(true);
+        task.await.unwrap_or(Ok(()))
+    }
+}
+
+/// One line of `latency.csv`.
+pub struct IntervalRow {
+    pub t: f64,
+    pub ops: u64,
+    pub ops_per_s: f64,
+    pub writes: u64,
+    pub reads: u64,
+    pub errors: u64,
+    pub unavailable: u64,
+    pub p50_us: u64,
+    pub p90_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+}
+
+impl IntervalRow {
+    pub const HEADER: &'static str =
+        "t,ops,ops_per_s,writes,reads,errors,unavailable,p50_us,p90_us,p99_us,p999_us,max_us";
+
+    fn of(t: f64, span: f64, s: &LoadStats) -> IntervalRow {
+        let h = &s.latency_us;
+        let q = |p: f64| {
+            if h.is_empty() {
+                0
+            } else {
+                h.value_at_quantile(p)
+            }
+        };
+        let ops = s.ops_ok() + s.fill_sets;
+        IntervalRow {
+            t,
+            ops,
+            ops_per_s: ops as f64 / span.max(1e-9),
+            writes: s.writes() + s.fill_sets,
+            reads: s.reads(),
+            errors: s.errors,
+            unavailable: s.unavailable,
+            p50_us: q(0.5),
+            p90_us: q(0.9),
+            p99_us: q(0.99),
+            p999_us: q(0.999),
+            max_us: h.max(),
+        }
+    }
+}
+
+impl std::fmt::Display for IntervalRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.3},{},{:.1},{},{},{},{},{},{},{},{},{}",
+            self.t,
+            self.ops,
+            self.ops_per_s,
+            self.writes,
+            self.reads,
+            self.errors,
+            self.unavailable,
+            self.p50_us,
+            self.p90_us,
+            self.p99_us,
+            self.p999_us,
+            self.max_us
+        )
     }
 }
 
@@ -243,14 +428,114 @@ struct Conn {
     ledger: Arc<Ledger>,
     node_up: watch::Receiver<bool>,
     stop: watch::Receiver<bool>,
-    stats: Arc<Mutex<LoadStats>>,
+    shared: Arc<Mutex<Shared>>,
 }
 
-enum Outcome {
-    SetOk,
-    GetOk { corrupted: bool },
-    DelOk,
-    Failed,
+/// A request sent and not yet answered; replies come in the order sent.
+struct Pending {
+    /// Latency counts from here: the scheduled start, or the send in a
+    /// closed loop.
+    intended: Instant,
+    /// When it went into the write buffer (its timeout counts from here).
+    queued: Instant,
+    what: Sent,
+}
+
+enum Sent {
+    Get(usize),
+    Mget(Vec<usize>),
+    Write(usize, u32, WriteKind),
+}
+
+/// What one request does.
+enum Request {
+    Get(usize),
+    Mget(Vec<usize>),
+    Write(usize),
+}
+
+/// The load's own connection: a socket, its buffers, and the requests in
+/// flight on it.
+struct Link {
+    stream: TcpStream,
+    rbuf: Vec<u8>,
+    wbuf: Vec<u8>,
+    /// Bytes of `wbuf` already written.
+    written: usize,
+    pending: VecDeque<Pending>,
+}
+
+impl Link {
+    async fn connect(target: &str) -> Option<Link> {
+        let stream = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(target))
+            .await
+            .ok()?
+            .ok()?;
+        let _ = stream.set_nodelay(true);
+        Some(Link {
+            stream,
+            rbuf: Vec::with_capacity(64 << 10),
+            wbuf: Vec::with_capacity(64 << 10),
+            written: 0,
+            pending: VecDeque::new(),
+        })
+    }
+
+    /// Writes what the socket takes now; `Err` when the connection broke.
+    fn flush_writes(&mut self) -> std::io::Result<()> {
+        while self.written < self.wbuf.len() {
+            match self.stream.try_write(&self.wbuf[self.written..]) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.written += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        self.wbuf.clear();
+        self.written = 0;
+        Ok(())
+    }
+
+    /// Reads what the socket has now; `Ok(false)` at end of stream.
+    fn fill_reads(&mut self) -> std::io::Result<bool> {
+        loop {
+            if self.rbuf.capacity() - self.rbuf.len() < 16 << 10 {
+                self.rbuf.reserve(64 << 10);
+            }
+            match self.stream.try_read_buf(&mut self.rbuf) {
+                Ok(0) => return Ok(false),
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(true),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Drops a broken link: its requests in flight failed, their writes in doubt.
+fn broken(link: &mut Option<Link>, local: &mut LoadStats) {
+    if let Some(l) = link.take() {
+        local.errors += l.pending.len() as u64;
+    }
+}
+
+/// Readiness of the link, or never when there is none (for `select!`).
+async fn readable(link: &Option<Link>) {
+    match link {
+        Some(l) => {
+            let _ = l.stream.readable().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+async fn writable(link: &Option<Link>) {
+    match link {
+        Some(l) => {
+            let _ = l.stream.writable().await;
+        }
+        None => std::future::pending().await,
+    }
 }
 
 impl Conn {
@@ -265,10 +550,6 @@ impl Conn {
             .ok()
     }
 
-    async fn connect(&self) -> Option<MultiplexedConnection> {
-        Conn::connector(&self.cfg).await
-    }
-
     /// The keys this connection owns (every `connections`-th from its index),
     /// chosen among by the suite's distribution.
     fn chooser(&self) -> dist::Chooser {
@@ -281,120 +562,313 @@ impl Conn {
         self.index + self.cfg.connections * j as usize
     }
 
+    /// The next request of the mix, if the distribution has a key for it
+    /// (`latest` has nothing to read before the first write).
+    fn next_request(&self, rng: &mut impl Rng, chooser: &mut dist::Chooser) -> Option<Request> {
+        let c = &self.cfg;
+        let total = c.set + c.get + c.del + c.mget;
+        let x = rng.random::<f64>() * total;
+        if x < c.get {
+            chooser.pick(rng, false).map(|j| Request::Get(self.key(j)))
+        } else if x < c.get + c.mget {
+            let keys: Vec<usize> = (0..c.mget_keys)
+                .filter_map(|_| chooser.pick(rng, false).map(|j| self.key(j)))
+                .collect();
+            (!keys.is_empty()).then_some(Request::Mget(keys))
+        } else {
+            chooser.pick(rng, true).map(|j| Request::Write(self.key(j)))
+        }
+    }
+
+    /// Encodes a request into the link's write buffer and queues it.
+    fn send(&self, link: &mut Link, request: Request, intended: Instant, now: Instant) {
+        use std::io::Write;
+        let out = &mut link.wbuf;
+        let mut key = Vec::with_capacity(24);
+        let what = match request {
+            Request::Get(k) => {
+                let _ = write!(key, "soak:{k}");
+                resp::encode(out, [&b"GET"[..], &key].into_iter());
+                Sent::Get(k)
+            }
+            Request::Mget(keys) => {
+                let _ = write!(out, "*{}\r\n$4\r\nMGET\r\n", keys.len() + 1);
+                for k in &keys {
+                    key.clear();
+                    let _ = write!(key, "soak:{k}");
+                    let _ = write!(out, "${}\r\n", key.len());
+                    out.extend_from_slice(&key);
+                    out.extend_from_slice(b"\r\n");
+                }
+                Sent::Mget(keys)
+            }
+            Request::Write(k) => {
+                let _ = write!(key, "soak:{k}");
+                let v = self.ledger.next_version(k);
+                let kind = self.ledger.kind(k, v);
+                match kind {
+                    WriteKind::Set => {
+                        resp::begin_set(out, &key, self.ledger.value_len(k, v));
+                        self.ledger.value_into(k, v, out);
+                        resp::end_bulk(out);
+                    }
+                    WriteKind::Del => resp::encode(out, [&b"DEL"[..], &key].into_iter()),
+                }
+                Sent::Write(k, v, kind)
+            }
+        };
+        link.pending.push_back(Pending {
+            intended,
+            queued: now,
+            what,
+        });
+    }
+
+    /// Adds what this connection counted to the engine's totals.
+    fn flush(&self, local: &mut LoadStats) {
+        if local.is_empty() {
+            return;
+        }
+        {
+            let mut sh = self.shared.lock().expect("stats lock");
+            sh.total.merge(local);
+            sh.interval.merge(local);
+        }
+        let mut h = std::mem::replace(&mut local.latency_us, histogram());
+        h.reset();
+        *local = LoadStats {
+            latency_us: h,
+            ..LoadStats::default()
+        };
+    }
+
+    /// Judges the replies in the read buffer against the requests in
+    /// flight. `Err` when the bytes are not a reply: the link is broken.
+    fn take_replies(&self, link: &mut Link, local: &mut LoadStats) -> Result<(), String> {
+        let mut used = 0;
+        let now = Instant::now();
+        while !link.pending.is_empty() {
+            let Some((reply, n)) = resp::parse(&link.rbuf[used..]).map_err(|e| e.0)? else {
+                break;
+            };
+            used += n;
+            let p = link.pending.pop_front().expect("checked");
+            let ok = match (p.what, reply) {
+                (_, resp::Reply::Error(_)) => false,
+                (Sent::Get(k), resp::Reply::Bulk(v)) => {
+                    local.gets_ok += 1;
+                    local.corrupted_reads +=
+                        u64::from(self.ledger.decode(k, v) == ledger::Observed::Garbage);
+                    true
+                }
+                (Sent::Mget(keys), resp::Reply::Array(Some(values)))
+                    if values.len() == keys.len() =>
+                {
+                    local.mgets_ok += 1;
+                    local.corrupted_reads += keys
+                        .iter()
+                        .zip(values)
+                        .filter(|(k, v)| self.ledger.decode(**k, *v) == ledger::Observed::Garbage)
+                        .count() as u64;
+                    true
+                }
+                (Sent::Write(k, v, kind), _) => {
+                    self.ledger.ack(k, v);
+                    match kind {
+                        WriteKind::Set => local.sets_ok += 1,
+                        WriteKind::Del => local.dels_ok += 1,
+                    }
+                    true
+                }
+                // A reply of the wrong shape: the node's error.
+                _ => false,
+            };
+            if ok {
+                let us = (now - p.intended).as_micros().clamp(1, 3_600_000_000) as u64;
+                let _ = local.latency_us.record(us);
+            } else {
+                // Refused or malformed: a write stays in doubt.
+                local.errors += 1;
+            }
+        }
+        link.rbuf.drain(..used);
+        if link.pending.is_empty() && !link.rbuf.is_empty() {
+            return Err("a reply to no request".into());
+        }
+        Ok(())
+    }
+
+    /// Queues every request due by `now` (at a fixed rate) or up to the
+    /// depth (in a closed loop), and writes what the socket takes.
+    #[allow(clippy::too_many_arguments)]
+    fn refill(
+        &self,
+        link: &mut Option<Link>,
+        now: Instant,
+        next: &mut Instant,
+        period: Option<Duration>,
+        depth: usize,
+        rng: &mut impl Rng,
+        chooser: &mut dist::Chooser,
+        local: &mut LoadStats,
+    ) {
+        let up = *self.node_up.borrow();
+        let Some(l) = link.as_mut().filter(|_| up) else {
+            match period {
+                // Every tick missed while the node was down.
+                Some(p) => {
+                    while *next <= now {
+                        local.unavailable += 1;
+                        *next += p;
+                    }
+                }
+                // A closed loop has no schedule to miss: wait.
+                None => *next = now + Duration::from_millis(20),
+            }
+            return;
+        };
+        while l.pending.len() < depth {
+            let intended = match period {
+                Some(p) if *next <= now => {
+                    let at = *next;
+                    *next += p;
+                    at
+                }
+                Some(_) => break,
+                None => now,
+            };
+            match self.next_request(rng, chooser) {
+                Some(r) => self.send(l, r, intended, now),
+                None => local.unavailable += 1,
+            }
+            if period.is_none() && l.pending.is_empty() {
+                *next = now + Duration::from_millis(20);
+                break;
+            }
+        }
+        if l.flush_writes().is_err() {
+            broken(link, local);
+        }
+    }
+
     async fn run(self) {
         let mut local = LoadStats::default();
         let mut rng =
             rand::rngs::SmallRng::seed_from_u64(self.cfg.seed ^ ((self.index as u64 + 1) * 0x9E37));
-        let period = Duration::from_secs_f64(self.cfg.connections as f64 / self.cfg.rate);
-        let total = self.cfg.set + self.cfg.get + self.cfg.del;
-        let read_share = self.cfg.get / total;
         let mut stop = self.stop.clone();
         let mut chooser = self.chooser();
-        let mut con: Option<MultiplexedConnection> = None;
-        let mut in_flight = FuturesUnordered::new();
-        // Stagger the connections' ticks across one period.
-        let mut next =
-            Instant::now() + period.mul_f64(self.index as f64 / self.cfg.connections as f64);
+        let mut link: Option<Link> = None;
+        let mut flushed = Instant::now();
+        // At a fixed rate: the schedule, staggered across one period;
+        // in a closed loop: the depth.
+        let period = self
+            .cfg
+            .rate
+            .map(|r| Duration::from_secs_f64(self.cfg.connections as f64 / r));
+        let depth = if period.is_some() {
+            MAX_IN_FLIGHT
+        } else {
+            self.cfg.pipeline.max(1)
+        };
+        let mut next = Instant::now()
+            + period
+                .unwrap_or_default()
+                .mul_f64(self.index as f64 / self.cfg.connections as f64);
+        // One timer for the schedule, reset only when it moves; timeouts
+        // are checked on a coarse tick (timers are not free per request).
+        let tick = tokio::time::sleep_until(next);
+        tokio::pin!(tick);
+        let mut timeouts = tokio::time::interval(
+            (self.cfg.timeout / 4).clamp(Duration::from_millis(10), Duration::from_millis(250)),
+        );
+        timeouts.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            let in_flight = link.as_ref().map(|l| l.pending.len()).unwrap_or(0);
+            let unwritten = link.as_ref().is_some_and(|l| l.written < l.wbuf.len());
+            if tick.deadline() != next {
+                tick.as_mut().reset(next);
+            }
             tokio::select! {
                 biased;
                 _ = stop.changed() => break,
-                Some((intended, outcome)) = in_flight.next(), if !in_flight.is_empty() => {
-                    record(&mut local, intended, outcome, &mut con);
-                }
-                _ = tokio::time::sleep_until(next), if in_flight.len() < MAX_IN_FLIGHT => {
-                    let intended = next;
-                    next += period;
-                    if !*self.node_up.borrow() {
-                        local.unavailable += 1;
-                        continue;
-                    }
-                    if con.is_none() {
-                        con = self.connect().await;
-                    }
-                    let read = rng.random_bool(read_share.clamp(0.0, 1.0));
-                    let picked = chooser.pick(&mut rng, !read).map(|j| self.key(j));
-                    let (Some(c), Some(k)) = (con.clone(), picked) else {
-                        local.unavailable += 1;
-                        continue;
+                _ = readable(&link), if in_flight > 0 => {
+                    let l = link.as_mut().expect("readable");
+                    let outcome = match l.fill_reads() {
+                        Ok(open) => self
+                            .take_replies(l, &mut local)
+                            .map(|()| open || l.pending.is_empty()),
+                        Err(e) => Err(e.to_string()),
                     };
-                    let ledger = self.ledger.clone();
-                    in_flight.push(op(c, ledger, k, read, intended));
+                    if !matches!(outcome, Ok(true)) {
+                        broken(&mut link, &mut local);
+                    }
+                    let now = Instant::now();
+                    // A closed loop sends again as soon as replies come.
+                    if period.is_none() && link.is_some() {
+                        self.refill(&mut link, now, &mut next, period, depth, &mut rng, &mut chooser, &mut local);
+                    }
+                    if now - flushed >= FLUSH_EVERY {
+                        self.flush(&mut local);
+                        flushed = now;
+                    }
+                }
+                _ = writable(&link), if unwritten => {
+                    if link.as_mut().expect("writable").flush_writes().is_err() {
+                        broken(&mut link, &mut local);
+                    }
+                }
+                _ = timeouts.tick(), if in_flight > 0 => {
+                    let now = Instant::now();
+                    let late = link
+                        .as_ref()
+                        .and_then(|l| l.pending.front())
+                        .is_some_and(|p| now >= p.queued + self.cfg.timeout);
+                    // The oldest request timed out: the link is not trusted.
+                    if late {
+                        broken(&mut link, &mut local);
+                    }
+                }
+                _ = &mut tick, if in_flight < depth => {
+                    let up = *self.node_up.borrow();
+                    if up && link.is_none() {
+                        link = Link::connect(&self.cfg.target).await;
+                    }
+                    let now = Instant::now();
+                    self.refill(&mut link, now, &mut next, period, depth, &mut rng, &mut chooser, &mut local);
+                    if period.is_none() && link.is_none() {
+                        next = now + Duration::from_millis(20);
+                    }
                 }
             }
         }
-        // Let what is in flight settle (each request has its own timeout).
-        while let Some((intended, outcome)) = in_flight.next().await {
-            record(&mut local, intended, outcome, &mut con);
-        }
-        self.stats.lock().expect("stats lock").merge(&local);
-    }
-}
-
-fn record(
-    s: &mut LoadStats,
-    intended: Instant,
-    outcome: Outcome,
-    con: &mut Option<MultiplexedConnection>,
-) {
-    let us = intended.elapsed().as_micros().clamp(1, 3_600_000_000) as u64;
-    match outcome {
-        Outcome::SetOk => s.sets_ok += 1,
-        Outcome::DelOk => s.dels_ok += 1,
-        Outcome::GetOk { corrupted } => {
-            s.gets_ok += 1;
-            s.corrupted_reads += u64::from(corrupted);
-        }
-        Outcome::Failed => {
-            s.errors += 1;
-            // Reconnect on the next request; a broken connection stays broken.
-            *con = None;
-            return;
-        }
-    }
-    let _ = s.latency_us.record(us);
-}
-
-async fn op(
-    mut con: MultiplexedConnection,
-    ledger: Arc<Ledger>,
-    k: usize,
-    read: bool,
-    intended: Instant,
-) -> (Instant, Outcome) {
-    let key = Ledger::key_name(k);
-    if read {
-        let r: redis::RedisResult<Option<Vec<u8>>> =
-            redis::cmd("GET").arg(&key).query_async(&mut con).await;
-        return match r {
-            Ok(v) => {
-                let corrupted = ledger.decode(k, v.as_deref()) == ledger::Observed::Garbage;
-                (intended, Outcome::GetOk { corrupted })
+        // Let what is in flight settle, each request within its timeout.
+        while let Some(l) = link.as_mut() {
+            if l.pending.is_empty() {
+                break;
             }
-            Err(_) => (intended, Outcome::Failed),
-        };
-    }
-    let v = ledger.next_version(k);
-    let result = match ledger.kind(k, v) {
-        WriteKind::Set => redis::cmd("SET")
-            .arg(&key)
-            .arg(ledger.value(k, v))
-            .query_async::<redis::Value>(&mut con)
-            .await
-            .map(|_| Outcome::SetOk),
-        WriteKind::Del => redis::cmd("DEL")
-            .arg(&key)
-            .query_async::<redis::Value>(&mut con)
-            .await
-            .map(|_| Outcome::DelOk),
-    };
-    match result {
-        Ok(o) => {
-            ledger.ack(k, v);
-            (intended, o)
+            let deadline = l.pending.front().expect("checked").queued + self.cfg.timeout;
+            let done = tokio::time::timeout_at(deadline, async {
+                loop {
+                    if l.written < l.wbuf.len() {
+                        let _ = l.stream.writable().await;
+                        l.flush_writes()?;
+                        continue;
+                    }
+                    let _ = l.stream.readable().await;
+                    let open = l.fill_reads()?;
+                    self.take_replies(l, &mut local)
+                        .map_err(std::io::Error::other)?;
+                    if l.pending.is_empty() || !open {
+                        return Ok::<bool, std::io::Error>(open);
+                    }
+                }
+            })
+            .await;
+            if !matches!(done, Ok(Ok(true))) || !l.pending.is_empty() {
+                broken(&mut link, &mut local);
+            }
         }
-        // The write may or may not have been applied: it stays in doubt.
-        Err(_) => (intended, Outcome::Failed),
+        self.flush(&mut local);
     }
 }
 
@@ -407,11 +881,14 @@ mod tests {
         let cfg = LoadConfig {
             target: String::new(),
             keys: 10,
-            value_size: 8,
+            value_size: (8, 8),
             set: 1.0,
             get: 0.0,
             del: 0.0,
-            rate: 10.0,
+            mget: 0.0,
+            mget_keys: 10,
+            rate: Some(10.0),
+            pipeline: 1,
             connections: 3,
             timeout: Duration::from_secs(1),
             seed: 1,
@@ -422,10 +899,10 @@ mod tests {
             let conn = Conn {
                 index,
                 cfg: cfg.clone(),
-                ledger: Arc::new(Ledger::new(10, 8, 1.0, 0.0, 1)),
+                ledger: Arc::new(Ledger::new(10, (8, 8), 1.0, 0.0, 1)),
                 node_up: watch::channel(true).1,
                 stop: watch::channel(false).1,
-                stats: Default::default(),
+                shared: Default::default(),
             };
             let mut rng = rand::rngs::SmallRng::seed_from_u64(index as u64);
             let mut chooser = conn.chooser();

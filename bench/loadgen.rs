@@ -1,0 +1,150 @@
+//! soak's RESP load generator against redis-benchmark, on the same
+//! redis-server, in the same run: 8 connections, pipeline 1 and 16,
+//! 100-byte values, SET and GET, each run three times, interleaved, the
+//! median kept. soak runs in its closed loop (`rate: max`, `pipeline: N`)
+//! with the ledger on: every SET is recorded, every GET's value decoded
+//! and checked against it.
+//!
+//!     cargo run --example loadgen [seconds per soak run, default 4]
+//!
+//! Needs redis-server and redis-benchmark (`apt-get install redis-server
+//! redis-tools`). Prints a markdown table for the README.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use soak::workload::{dist::Distribution, Engine, LoadConfig};
+
+const CONNECTIONS: usize = 8;
+const KEYS: usize = 100_000;
+const VALUE: usize = 100;
+const ROUNDS: usize = 3;
+
+struct Redis(Child);
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on 127.0.0.1")
+}
+
+fn need(tool: &str, package: &str) {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !found {
+        eprintln!("{tool} is missing: apt-get install {package}");
+        std::process::exit(3);
+    }
+}
+
+/// redis-benchmark's requests per second for one test.
+fn redis_benchmark(port: u16, test: &str, pipeline: usize) -> f64 {
+    let requests = if pipeline == 1 { 200_000 } else { 2_000_000 };
+    let out = Command::new("redis-benchmark")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-c", &CONNECTIONS.to_string(), "-P", &pipeline.to_string()])
+        .args(["-d", &VALUE.to_string(), "-r", &KEYS.to_string()])
+        .args(["-n", &requests.to_string(), "-t", test, "--csv", "-q"])
+        .output()
+        .expect("redis-benchmark runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "test","rps",...: the line of the test, its second field.
+    text.lines()
+        .find(|l| l.to_ascii_lowercase().starts_with(&format!("\"{test}\"")))
+        .and_then(|l| l.split(',').nth(1))
+        .and_then(|v| v.trim_matches('"').parse().ok())
+        .unwrap_or_else(|| panic!("no figure from redis-benchmark: {text}"))
+}
+
+/// soak's closed loop for `secs`, after filling the keys (for GETs).
+async fn soak(port: u16, test: &str, pipeline: usize, secs: f64) -> f64 {
+    let cfg = LoadConfig {
+        target: format!("127.0.0.1:{port}"),
+        keys: KEYS,
+        value_size: (VALUE, VALUE),
+        set: if test == "set" { 1.0 } else { 0.0 },
+        get: if test == "get" { 1.0 } else { 0.0 },
+        del: 0.0,
+        mget: 0.0,
+        mget_keys: 1,
+        rate: None,
+        pipeline,
+        connections: CONNECTIONS,
+        timeout: Duration::from_secs(5),
+        seed: 1,
+        distribution: Distribution::Uniform,
+    };
+    let mut engine = Engine::new(cfg);
+    if test == "get" {
+        engine.fill().await;
+    }
+    engine.resume();
+    tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+    engine.pause().await;
+    let s = engine.stats();
+    assert_eq!(s.errors, 0, "soak's load had errors");
+    assert_eq!(s.corrupted_reads, 0, "soak read values it never wrote");
+    s.ops_per_s()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[tokio::main]
+async fn main() {
+    need("redis-server", "redis-server");
+    need("redis-benchmark", "redis-tools");
+    let secs: f64 = std::env::args()
+        .nth(1)
+        .map(|a| a.parse().expect("seconds per soak run"))
+        .unwrap_or(4.0);
+    let port = free_port();
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let _redis = Redis(
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server starts"),
+    );
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!("| test | pipeline | redis-benchmark ops/s | soak ops/s | soak / redis-benchmark |");
+    println!("|---|---:|---:|---:|---:|");
+    for pipeline in [1, 16] {
+        for test in ["set", "get"] {
+            let (mut theirs, mut ours) = (vec![], vec![]);
+            for _ in 0..ROUNDS {
+                theirs.push(redis_benchmark(port, test, pipeline));
+                ours.push(soak(port, test, pipeline, secs).await);
+            }
+            let (t, o) = (median(theirs), median(ours));
+            println!(
+                "| {} | {pipeline} | {t:.0} | {o:.0} | {:.2}x |",
+                test.to_uppercase(),
+                o / t
+            );
+        }
+    }
+}
