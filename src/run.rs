@@ -222,6 +222,7 @@ fn error_cell(cell: &CellDef, e: &RunError) -> CellResult {
         seed: None,
         allocator: None,
         chaos: vec![],
+        execs: vec![],
     }
 }
 
@@ -629,6 +630,7 @@ async fn run_cell(
     for e in &execs {
         files.insert(e.log.clone(), format!("{rel_dir}/{}", e.log));
     }
+    let exec_results = execs.clone();
     let chart = samples.iter().map(|s| (s.t, s.rss)).collect();
     Ok((
         CellResult {
@@ -653,6 +655,7 @@ async fn run_cell(
                     action: p.action,
                 })
                 .collect(),
+            execs: exec_results,
         },
         chart,
     ))
@@ -836,6 +839,26 @@ fn evaluate(
             detail: None,
             unit: "exit code".into(),
         });
+        if let Some(min) = e.throughput_min {
+            out.push(CheckResult {
+                name: format!("exec[{}] throughput", i + 1),
+                verdict: if e.throughput.is_some_and(|v| v >= min) {
+                    Verdict::Pass
+                } else {
+                    Verdict::Fail
+                },
+                value: e
+                    .throughput
+                    .map(serde_json::Value::from)
+                    .unwrap_or(serde_json::Value::Null),
+                limit: min.into(),
+                detail: e
+                    .unmatched
+                    .as_ref()
+                    .map(|re| format!("`{re}` matched nothing in {}", e.log)),
+                unit: "ops/s".into(),
+            });
+        }
     }
     out
 }

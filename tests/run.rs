@@ -658,3 +658,35 @@ fn only_and_shard_select_cells_of_a_matrix() {
     let none = soak_run("tests/suites/matrix.yaml", &["--only", "nothing-matches"]);
     assert_eq!(none.code(), 2);
 }
+
+#[test]
+fn an_exec_phase_keeps_its_output_and_reads_a_throughput_from_it() {
+    require_tool("redis-benchmark", "redis-tools");
+    let run = soak_run("tests/suites/exec-throughput.yaml", &[]);
+    // The second command's figure is missing: its check fails the cell.
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let cell = run.cell();
+    let execs = cell["execs"].as_array().unwrap();
+    let rps = execs[0]["throughput"].as_f64().unwrap();
+    assert!(rps > 1000.0, "{}", execs[0]);
+    assert_eq!(execs[0]["code"], 0);
+    // The output is kept, and the figure is the one in it.
+    let log = run.file(execs[0]["log"].as_str().unwrap());
+    assert!(
+        log.contains(&format!("SET: {rps:.2} requests per second")),
+        "{log}"
+    );
+    assert!(execs[1]["throughput"].is_null());
+    let checks = cell["checks"].as_array().unwrap();
+    let by_name = |n: &str| checks.iter().find(|c| c["name"] == n).unwrap();
+    assert_eq!(by_name("exec[1] throughput")["verdict"], "pass");
+    let missed = by_name("exec[2] throughput");
+    assert_eq!(missed["verdict"], "fail");
+    assert!(
+        missed["detail"]
+            .as_str()
+            .unwrap()
+            .contains("ops/sec` matched nothing in exec-2.log"),
+        "{missed}"
+    );
+}

@@ -109,6 +109,14 @@ pub struct ExecResult {
     /// The exit code, or `None` when it timed out or died by a signal.
     pub code: Option<i32>,
     pub log: String,
+    /// Seconds it ran.
+    pub took_s: f64,
+    /// The figure its `throughput` regex read from the output (ops/s).
+    pub throughput: Option<f64>,
+    /// The least `throughput` allowed, where the suite set one.
+    pub throughput_min: Option<f64>,
+    /// Set when a `throughput` regex matched nothing in the output.
+    pub unmatched: Option<String>,
 }
 
 /// What the phase engine works on, and what it records.
@@ -378,6 +386,7 @@ impl<'a> Cell<'a> {
         let mut child = cmd
             .spawn()
             .map_err(|err| CellError::Setup(format!("exec `{}`: {err}", argv[0])))?;
+        let began = Instant::now();
         let code = match tokio::time::timeout(e.timeout, child.wait()).await {
             Ok(Ok(st)) => st.code(),
             _ => {
@@ -391,6 +400,27 @@ impl<'a> Cell<'a> {
                 None
             }
         };
+        let took_s = began.elapsed().as_secs_f64();
+        // The figure, read from what the command wrote (stdout and stderr).
+        let (throughput, unmatched) = match &e.throughput {
+            Some(t) => {
+                let output = std::fs::read(self.ctx.dir.join(&log_name)).unwrap_or_default();
+                match t.read(&String::from_utf8_lossy(&output)) {
+                    Some(v) => (Some(v), None),
+                    None => (None, Some(t.regex.clone())),
+                }
+            }
+            None => (None, None),
+        };
+        if let Some(v) = throughput {
+            self.events.emit("exec-throughput", format!("{v:.1} ops/s"));
+        }
+        if let Some(re) = &unmatched {
+            self.events.emit(
+                "exec-throughput",
+                format!("the regex `{re}` matched nothing in {log_name}"),
+            );
+        }
         let text = match code {
             Some(c) if c == e.expect => format!("exit code {c} as expected"),
             Some(c) => format!("exit code {c}, expected {}; see {log_name}", e.expect),
@@ -399,12 +429,20 @@ impl<'a> Cell<'a> {
                 crate::report::human_duration(e.timeout)
             ),
         };
+        let text = match throughput {
+            Some(v) => format!("{text}; {v:.0} ops/s"),
+            None => text,
+        };
         self.events.emit("exec-done", text.clone());
         self.execs.push(ExecResult {
             command: shown,
             expected: e.expect,
             code,
             log: log_name,
+            took_s,
+            throughput,
+            throughput_min: e.throughput.as_ref().and_then(|t| t.min),
+            unmatched,
         });
         Ok(text)
     }

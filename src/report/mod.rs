@@ -76,6 +76,8 @@ pub struct CellResult {
     pub allocator: Option<String>,
     /// Chaos actions as done, with the seed of their schedule.
     pub chaos: Vec<ChaosRecord>,
+    /// Commands the `exec` phases ran: exit code, log, time, throughput.
+    pub execs: Vec<crate::chaos::ExecResult>,
 }
 
 #[derive(Debug, Clone, Serialize)]

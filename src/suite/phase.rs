@@ -60,6 +60,63 @@ pub struct ExecSpec {
     pub timeout: Duration,
     /// The exit code that counts as success.
     pub expect: i32,
+    /// A figure to read from the command's output.
+    pub throughput: Option<ThroughputParse>,
+}
+
+/// `throughput: 'REGEX'` or `{ regex: 'REGEX', min: 1000/s }`: the first
+/// group of the regex's last match in the output is an operations-per-second
+/// figure (e.g. db_bench's `(\d+) ops/sec`); with `min`, a check.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ThroughputParse {
+    pub regex: String,
+    pub min: Option<f64>,
+}
+
+impl ThroughputParse {
+    fn new(regex: String, min: Option<f64>) -> Result<ThroughputParse, String> {
+        let re = regex::Regex::new(&regex)
+            .map_err(|e| format!("`throughput` is not a valid regex: {e}"))?;
+        if re.captures_len() < 2 {
+            return Err(format!(
+                "`throughput: {regex}` has no group: put the figure in parentheses, e.g. '([0-9.]+) ops/sec'"
+            ));
+        }
+        Ok(ThroughputParse { regex, min })
+    }
+
+    /// The figure in `output`: the first group of the last match.
+    pub fn read(&self, output: &str) -> Option<f64> {
+        let re = regex::Regex::new(&self.regex).ok()?;
+        let caps = re.captures_iter(output).last()?;
+        caps.get(1)?.as_str().replace(',', "").parse().ok()
+    }
+}
+
+impl<'de> Deserialize<'de> for ThroughputParse {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Full {
+            regex: String,
+            min: Option<super::values::Rate>,
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ThroughputParse;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a regex with one group, e.g. '([0-9.]+) ops/sec', or { regex: '...', min: 1000/s }")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ThroughputParse, E> {
+                ThroughputParse::new(v.to_string(), None).map_err(E::custom)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ThroughputParse, A::Error> {
+                let f = Full::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                ThroughputParse::new(f.regex, f.min.map(|m| m.0)).map_err(de::Error::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// What chaos may do to the node.
@@ -160,6 +217,7 @@ impl<'de> Deserialize<'de> for ExecSpec {
             timeout: Dur,
             #[serde(default)]
             expect: i32,
+            throughput: Option<ThroughputParse>,
         }
         fn default_exec_timeout() -> Dur {
             Dur(Duration::from_secs(60))
@@ -168,7 +226,7 @@ impl<'de> Deserialize<'de> for ExecSpec {
         impl<'de> Visitor<'de> for V {
             type Value = ExecSpec;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a command as a list, e.g. [\"ldb\", \"--db=${DATA_DIR}\", \"checkconsistency\"], or { command: [...], timeout: 60s, expect: 0 }")
+                f.write_str("a command as a list, e.g. [\"ldb\", \"--db=${DATA_DIR}\", \"checkconsistency\"], or { command: [...], timeout: 60s, expect: 0, throughput: 'REGEX' }")
             }
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ExecSpec, A::Error> {
                 let command =
@@ -177,6 +235,7 @@ impl<'de> Deserialize<'de> for ExecSpec {
                     command,
                     timeout: default_exec_timeout().0,
                     expect: 0,
+                    throughput: None,
                 })
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ExecSpec, A::Error> {
@@ -185,6 +244,7 @@ impl<'de> Deserialize<'de> for ExecSpec {
                     command: f.command,
                     timeout: f.timeout.0,
                     expect: f.expect,
+                    throughput: f.throughput,
                 })
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<ExecSpec, E> {

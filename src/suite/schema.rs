@@ -141,6 +141,11 @@ manual!(Phase, "Phase", |g| {
     );
     let (count, phase) = (g.subschema_for::<Count>(), g.subschema_for::<Phase>());
     let argv = serde_json::json!({ "type": "array", "items": { "type": "string" }, "minItems": 1 });
+    let throughput = serde_json::json!({
+        "description": "A regex whose first group is an ops/s figure in the output, e.g. '([0-9.]+) ops/sec'; or { regex, min }",
+        "anyOf": [{ "type": "string" }, { "type": "object", "additionalProperties": false, "required": ["regex"],
+            "properties": { "regex": { "type": "string" }, "min": { "type": "string", "pattern": r"^\s*[0-9][0-9_]*(\.[0-9]+)?\s*(k|K|M)?/s\s*$" } } }]
+    });
     json_schema!({
         "description": format!("A phase: {}", PHASES.join(", ")),
         "anyOf": [
@@ -151,7 +156,8 @@ manual!(Phase, "Phase", |g| {
                 "load": { "const": "all" },
                 "verify": { "const": "acknowledged-writes" },
                 "exec": { "anyOf": [argv, { "type": "object", "additionalProperties": false, "required": ["command"],
-                    "properties": { "command": argv, "timeout": dur, "expect": { "type": "integer" } } }] },
+                    "properties": { "command": argv, "timeout": dur, "expect": { "type": "integer" },
+                        "throughput": throughput } }] },
                 "repeat": { "type": "object", "additionalProperties": false, "required": ["times", "phases"],
                     "properties": { "times": count, "phases": { "type": "array", "items": phase } } },
                 "chaos": { "type": "object", "additionalProperties": false, "required": ["during", "every"],
