@@ -31,6 +31,16 @@ enum Command {
         #[arg(required = true)]
         suites: Vec<PathBuf>,
     },
+    /// Read back every key a cell's saved ledger knows, also after soak
+    /// itself died: the node is started again on the cell's data (or give
+    /// --target to read from a node that runs).
+    Verify {
+        /// The cell's folder: reports/SUITE/RUN/cells/CELL.
+        cell: PathBuf,
+        /// Read from this node instead of starting the cell's.
+        #[arg(long)]
+        target: Option<String>,
+    },
     /// Print the JSON Schema of suites (for editors: see the README).
     Schema,
     /// Remove what interrupted runs left: processes and cgroups labelled by soak.
@@ -106,6 +116,54 @@ pub fn main() -> i32 {
             exit::PASS
         }
         Command::Run(opts) => run_command(opts),
+        Command::Verify { cell, target } => verify_command(&cell, target),
+    }
+}
+
+fn verify_command(cell: &std::path::Path, target: Option<String>) -> i32 {
+    use crate::verify::saved::{reverify, ReverifyError};
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return exit::ENVIRONMENT;
+        }
+    };
+    match rt.block_on(reverify(cell, target)) {
+        Ok(r) => {
+            let i = r.integrity;
+            println!(
+                "{}: {} keys known to the ledger{}; {} as expected, {} lost, {} corrupted, {} in doubt, {} resurrected",
+                cell.display(),
+                r.keys_known,
+                if r.stale_ledger {
+                    " (saved while the run went on: newer writes count as in doubt)"
+                } else {
+                    ""
+                },
+                i.verified,
+                i.lost,
+                i.corrupted,
+                i.in_doubt,
+                i.resurrected
+            );
+            if i.lost + i.corrupted + i.resurrected == 0 {
+                exit::PASS
+            } else {
+                exit::CHECK_FAILED
+            }
+        }
+        Err(e @ ReverifyError::Invalid(_)) => {
+            eprintln!("error: {e}");
+            exit::INVALID
+        }
+        Err(e @ ReverifyError::Environment(_)) => {
+            eprintln!("error: {e}");
+            exit::ENVIRONMENT
+        }
     }
 }
 

@@ -393,6 +393,22 @@ async fn run_cell(
         Err(_) => None,
     };
     let cg_view = cg.as_ref().map(|c| Arc::new(c.view()));
+    // For `soak verify` of this cell, should soak itself not finish.
+    let workload_target = match &suite.workload {
+        Some(w) => Some(render(&w.resp.target, &vars)?),
+        None => None,
+    };
+    crate::verify::saved::SavedNode::of(
+        &spec,
+        workload_target,
+        suite
+            .workload
+            .as_ref()
+            .map(|w| w.timeout.0)
+            .unwrap_or(Duration::from_secs(5)),
+    )
+    .write(&cell_dir.join("node.json"))
+    .map_err(|e| env_err("node.json", e))?;
     let mut node = ProcessNode::new(spec, cg);
 
     let origin = tokio::time::Instant::now();

@@ -690,3 +690,108 @@ fn an_exec_phase_keeps_its_output_and_reads_a_throughput_from_it() {
         "{missed}"
     );
 }
+
+/// Starts `soak run`, waits until its ledger has been saved a few times
+/// under load, SIGKILLs soak, cleans up what it left, and runs `soak
+/// verify` on the cell. Returns the verify output and the cell's folder.
+fn kill_soak_then_verify(suite_file: &str) -> (Output, PathBuf, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .arg("run")
+        .arg(suite(suite_file))
+        .arg("--out")
+        .arg(dir.path())
+        .env("SOAK_NODE", env!("CARGO_BIN_EXE_soak-node"))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let ledger = loop {
+        if let Some(l) = walk(dir.path())
+            .into_iter()
+            .find(|p| p.ends_with("ledger.bin"))
+        {
+            break l;
+        }
+        assert!(std::time::Instant::now() < deadline, "no ledger was saved");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    // A few seconds of load and saves.
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let cell_dir = ledger.parent().unwrap().to_path_buf();
+    let run_dir = cell_dir.parent().unwrap().parent().unwrap();
+    let id = run_dir
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .rsplit('-')
+        .next()
+        .unwrap()
+        .to_string();
+    // soak died: no summary. Its node died with it (parent-death signal);
+    // its cgroup is what `soak cleanup` is for.
+    assert!(!run_dir.join("summary.json").exists());
+    let cleanup = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .args(["cleanup", "--run", &id])
+        .output()
+        .unwrap();
+    assert!(cleanup.status.success());
+    let out = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .arg("verify")
+        .arg(&cell_dir)
+        .output()
+        .unwrap();
+    let run = Run {
+        out: Output {
+            status: out.status,
+            stdout: vec![],
+            stderr: vec![],
+        },
+        summary: None,
+        report_dir: Some(run_dir.to_path_buf()),
+        _dir: tempfile::tempdir().unwrap(),
+    };
+    assert_nothing_left(&run);
+    (out, cell_dir, dir)
+}
+
+#[test]
+fn a_run_whose_soak_was_killed_is_verified_from_its_saved_ledger() {
+    let (out, cell, _dir) = kill_soak_then_verify("tests/suites/cut-short-soak-node.yaml");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(cell.join("verify.json")).unwrap()).unwrap();
+    assert_eq!(v["stale_ledger"], true);
+    assert_eq!(v["started_node"], true);
+    assert_eq!(v["integrity"]["lost"], 0, "{v}");
+    assert_eq!(v["integrity"]["corrupted"], 0, "{v}");
+    // Seconds of writes at 2000/s (80% SETs), read back from the node's data.
+    assert!(v["integrity"]["verified"].as_u64().unwrap() > 2000, "{v}");
+    assert!(text.contains("0 lost, 0 corrupted"), "{text}");
+}
+
+#[test]
+fn a_killed_run_of_a_node_without_persistence_shows_its_losses_in_soak_verify() {
+    require_tool("redis-server", "redis-server");
+    let (out, cell, _dir) = kill_soak_then_verify("tests/suites/cut-short-redis.yaml");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(cell.join("verify.json")).unwrap()).unwrap();
+    // Redis restarted empty: every key the ledger knew acknowledged is gone.
+    let lost = v["integrity"]["lost"].as_u64().unwrap();
+    assert!(lost > 2000, "{v}");
+    assert_eq!(v["integrity"]["verified"], 0, "{v}");
+}

@@ -137,6 +137,9 @@ pub struct Cell<'a> {
     /// Why the node is down, when soak took it down (for the next restart).
     down_reason: Option<(&'static str, f64, String)>,
     phase_counter: u64,
+    /// When the ledger was last saved, and how often to save it.
+    saved_at: Instant,
+    save_every: Duration,
 }
 
 impl<'a> Cell<'a> {
@@ -164,6 +167,8 @@ impl<'a> Cell<'a> {
             chaos: vec![],
             down_reason: None,
             phase_counter: 0,
+            saved_at: Instant::now(),
+            save_every: Duration::from_secs(2),
         }
     }
 
@@ -173,6 +178,26 @@ impl<'a> Cell<'a> {
             .store(if up { self.node.pid().unwrap_or(0) } else { 0 }, Relaxed);
         if let Some(e) = self.engine.as_deref() {
             e.set_node_up(up);
+        }
+    }
+
+    /// Saves the ledger to `ledger.bin` in the cell's folder (off the
+    /// runtime's threads). Saved every few seconds, so that `soak verify`
+    /// can judge the node's data should soak itself die; at most a
+    /// twentieth of the time goes to saving, however large the ledger.
+    async fn save_ledger(&mut self, complete: bool) {
+        let Some(e) = self.engine.as_deref() else {
+            return;
+        };
+        let ledger = e.ledger.clone();
+        let path = self.ctx.dir.join("ledger.bin");
+        let began = Instant::now();
+        let saved = tokio::task::spawn_blocking(move || ledger.save(&path, complete)).await;
+        self.saved_at = Instant::now();
+        self.save_every = (began.elapsed() * 20).max(Duration::from_secs(2));
+        if let Ok(Err(err)) = saved {
+            self.events
+                .emit("error", format!("cannot save the ledger: {err}"));
         }
     }
 
@@ -263,6 +288,9 @@ impl<'a> Cell<'a> {
                 return Err(CellError::Interrupted);
             }
             self.supervise().await?;
+            if self.saved_at.elapsed() >= self.save_every {
+                self.save_ledger(false).await;
+            }
             let step = (end - Instant::now()).min(Duration::from_millis(100));
             let mut int = self.interrupt.clone();
             tokio::select! {
@@ -573,19 +601,23 @@ impl<'a> Cell<'a> {
 
     /// Runs every phase, recording each; an error ends the cell.
     pub async fn run_phases(&mut self, phases: &[Phase]) -> Result<(), CellError> {
+        // Each phase's load is what the totals grew by from the end of the
+        // phase before: nothing counted between two phases goes missing.
+        let mut before = self.engine.as_deref().map(|e| e.stats());
         for p in phases {
             let start = self.events.t();
             self.events.emit("phase", p.to_string());
-            let before = self.engine.as_deref().map(|e| e.stats());
             let outcome = self.run_phase(p).await;
-            let load = match (&before, self.engine.as_deref()) {
-                (Some(b), Some(e)) => {
-                    let d = e.stats().since(b);
+            let after = self.engine.as_deref().map(|e| e.stats());
+            let load = match (&before, &after) {
+                (Some(b), Some(a)) => {
+                    let d = a.since(b);
                     (d.ops_ok() + d.errors + d.fill_sets > 0)
                         .then(|| crate::report::LoadSummary::of(&d))
                 }
                 _ => None,
             };
+            before = after;
             let text = match &outcome {
                 Ok(t) => t.clone(),
                 Err(e) => format!("error: {e}"),
@@ -597,6 +629,7 @@ impl<'a> Cell<'a> {
                 outcome: text,
                 load,
             });
+            self.save_ledger(false).await;
             outcome?;
         }
         Ok(())
@@ -605,6 +638,7 @@ impl<'a> Cell<'a> {
     /// After the phases: load off, the node stopped gracefully if it runs.
     pub async fn finish(&mut self) {
         self.pause_load().await;
+        self.save_ledger(true).await;
         if self.node.is_running() {
             if let Ok(status) = self.node.stop().await {
                 self.events

@@ -3,6 +3,8 @@
 //! Online verification reads through the node itself with pipelined MGETs,
 //! so it works with any node that speaks RESP.
 
+pub mod saved;
+
 use std::time::{Duration, Instant};
 
 use redis::AsyncConnectionConfig;

@@ -33,7 +33,13 @@ pub struct Ledger {
     /// from its key and version.
     pub value_min: usize,
     pub value_max: usize,
+    /// Loaded from a run that did not finish: writes may have been sent
+    /// and acknowledged after the ledger was saved (see [`Ledger::judge`]).
+    stale: bool,
 }
+
+/// The first bytes of a saved ledger.
+const MAGIC: &[u8; 8] = b"SOAKLDG1";
 
 /// splitmix64: a fast, well-mixed hash of one word.
 pub fn mix64(mut z: u64) -> u64 {
@@ -90,7 +96,88 @@ impl Ledger {
             set_share: (share * (1u64 << 32) as f64) as u64,
             value_min,
             value_max: value_max.max(value_min),
+            stale: false,
         }
+    }
+
+    /// Writes the ledger to `path` (through a temporary file and a rename,
+    /// so a reader never sees half of it). `complete` says that no write
+    /// can follow: the run is over. Safe while the load runs: each key's
+    /// acknowledged version is read before its sent one.
+    pub fn save(&self, path: &std::path::Path, complete: bool) -> std::io::Result<()> {
+        use std::io::Write;
+        let tmp = path.with_extension("tmp");
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
+        out.write_all(MAGIC)?;
+        out.write_all(&[u8::from(complete)])?;
+        for n in [
+            self.seed,
+            self.set_share,
+            self.value_min as u64,
+            self.value_max as u64,
+            self.keys() as u64,
+        ] {
+            out.write_all(&n.to_le_bytes())?;
+        }
+        for a in &self.acked {
+            out.write_all(&a.load(Relaxed).to_le_bytes())?;
+        }
+        for s in &self.sent {
+            out.write_all(&s.load(Relaxed).to_le_bytes())?;
+        }
+        for f in &self.flags {
+            out.write_all(&[f.load(Relaxed)])?;
+        }
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&tmp, path)
+    }
+
+    /// Reads a ledger [`Ledger::save`] wrote. One saved before its run was
+    /// complete is judged as stale: the node may hold newer writes.
+    pub fn load(path: &std::path::Path) -> std::io::Result<Ledger> {
+        let bytes = std::fs::read(path)?;
+        let bad = |why: &str| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{} is not a soak ledger: {why}", path.display()),
+            )
+        };
+        if bytes.len() < 49 || &bytes[..8] != MAGIC {
+            return Err(bad("no SOAKLDG1 header"));
+        }
+        let complete = bytes[8] == 1;
+        let word = |i: usize| u64::from_le_bytes(bytes[9 + 8 * i..17 + 8 * i].try_into().unwrap());
+        let (seed, set_share, value_min, value_max, keys) =
+            (word(0), word(1), word(2), word(3), word(4) as usize);
+        let body = &bytes[49..];
+        if body.len() != keys * 9 {
+            return Err(bad(&format!(
+                "{keys} keys need {} bytes after the header, and it has {}",
+                keys * 9,
+                body.len()
+            )));
+        }
+        let u32s = |from: usize| -> Vec<AtomicU32> {
+            body[from..from + keys * 4]
+                .chunks_exact(4)
+                .map(|c| AtomicU32::new(u32::from_le_bytes(c.try_into().unwrap())))
+                .collect()
+        };
+        Ok(Ledger {
+            acked: u32s(0),
+            sent: u32s(keys * 4),
+            flags: body[keys * 8..].iter().map(|f| AtomicU8::new(*f)).collect(),
+            seed,
+            set_share,
+            value_min: value_min as usize,
+            value_max: value_max as usize,
+            stale: !complete,
+        })
+    }
+
+    /// Whether this ledger came from a run that did not finish.
+    pub fn is_stale(&self) -> bool {
+        self.stale
     }
 
     pub fn keys(&self) -> usize {
@@ -247,6 +334,10 @@ impl Ledger {
         let expect_present = self.present_after(k, a);
         let verdict = match seen {
             Observed::Garbage => KeyVerdict::Corrupted,
+            // Sent after a stale ledger was saved.
+            Observed::Version(v) if v > s && self.stale && self.present_after(k, v) => {
+                KeyVerdict::InDoubt
+            }
             Observed::Version(v) if v > s => KeyVerdict::Corrupted,
             Observed::Version(v) if v == a && expect_present => KeyVerdict::Ok,
             Observed::Version(v) if v > a && self.present_after(k, v) => KeyVerdict::InDoubt,
@@ -258,6 +349,8 @@ impl Ledger {
             Observed::Absent if (a + 1..=s).any(|v| !self.present_after(k, v)) => {
                 KeyVerdict::InDoubt
             }
+            // A DEL may have followed after a stale ledger was saved.
+            Observed::Absent if self.stale && self.set_share < 1 << 32 => KeyVerdict::InDoubt,
             Observed::Absent => KeyVerdict::Lost,
         };
         // A write in flight makes the key in doubt whichever allowed state
@@ -326,6 +419,40 @@ mod tests {
         for k in [0, 17, 999] {
             assert_eq!(l.decode(k, Some(&l.value(k, 1))), Observed::Version(1));
         }
+    }
+
+    #[test]
+    fn a_saved_ledger_loads_as_it_was_and_is_stale_until_the_run_completes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.bin");
+        let l = Ledger::new(50, (10, 90), 1.0, 0.0, 9);
+        for k in 0..40 {
+            let v = l.next_set_version(k);
+            if k < 30 {
+                l.ack(k, v);
+            }
+        }
+        l.save(&path, false).unwrap();
+        let back = Ledger::load(&path).unwrap();
+        assert!(back.is_stale());
+        assert_eq!((back.keys(), back.value_min, back.value_max), (50, 10, 90));
+        assert_eq!(back.value(7, 1), l.value(7, 1));
+        // Acknowledged and there: ok; acknowledged and gone: lost; sent
+        // and not acknowledged: in doubt.
+        assert_eq!(back.judge(3, Observed::Version(1)), KeyVerdict::Ok);
+        assert_eq!(back.judge(4, Observed::Absent), KeyVerdict::Lost);
+        assert_eq!(back.judge(35, Observed::Absent), KeyVerdict::InDoubt);
+        // Written after the save: newer than the ledger knows, not garbage.
+        assert_eq!(back.judge(5, Observed::Version(3)), KeyVerdict::InDoubt);
+        // A key first written after the save is not the ledger's to judge.
+        assert_eq!(back.judge(45, Observed::Version(1)), KeyVerdict::Untouched);
+        // A complete ledger is exact: a version never sent is corrupt.
+        l.save(&path, true).unwrap();
+        let exact = Ledger::load(&path).unwrap();
+        assert!(!exact.is_stale());
+        assert_eq!(exact.judge(5, Observed::Version(3)), KeyVerdict::Corrupted);
+        std::fs::write(&path, b"SOAKLDG1 short").unwrap();
+        assert!(Ledger::load(&path).is_err());
     }
 
     #[test]

@@ -32,9 +32,6 @@ use ledger::WriteKind;
 /// scheduling waits (latency still counts from the scheduled time).
 const MAX_IN_FLIGHT: usize = 1024;
 
-/// How often a connection adds what it counted to the engine's totals.
-const FLUSH_EVERY: Duration = Duration::from_millis(100);
-
 #[derive(Debug, Clone)]
 pub struct LoadConfig {
     pub target: String,
@@ -100,18 +97,6 @@ impl Default for LoadStats {
 }
 
 impl LoadStats {
-    fn merge(&mut self, o: &LoadStats) {
-        self.sets_ok += o.sets_ok;
-        self.gets_ok += o.gets_ok;
-        self.dels_ok += o.dels_ok;
-        self.mgets_ok += o.mgets_ok;
-        self.errors += o.errors;
-        self.unavailable += o.unavailable;
-        self.corrupted_reads += o.corrupted_reads;
-        self.fill_sets += o.fill_sets;
-        let _ = self.latency_us.add(&o.latency_us);
-    }
-
     /// What happened between `earlier` (a snapshot of the same totals) and now.
     pub fn since(&self, earlier: &LoadStats) -> LoadStats {
         let mut latency_us = self.latency_us.clone();
@@ -173,11 +158,56 @@ struct Shared {
     interval: LoadStats,
 }
 
+/// The thread the load runs on: one single-threaded runtime, so that the
+/// load takes at most one core from the machine it shares with the node
+/// and its connections never wait on each other's threads (a
+/// multi-threaded runtime cost a quarter of the throughput at pipeline 1
+/// in bench/loadgen.rs).
+struct LoadThread {
+    handle: tokio::runtime::Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LoadThread {
+    fn start() -> LoadThread {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime for the load thread");
+        let handle = rt.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("soak-load".into())
+            .spawn(move || {
+                let _ = rt.block_on(stopped);
+            })
+            .expect("the load thread starts");
+        LoadThread {
+            handle,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for LoadThread {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// The load engine: connections that run between `resume` and `pause`,
 /// and a gate that holds them while the node is known to be down.
 pub struct Engine {
     pub cfg: LoadConfig,
     pub ledger: Arc<Ledger>,
+    load: LoadThread,
     node_up: watch::Sender<bool>,
     shared: Arc<Mutex<Shared>>,
     running: Option<(watch::Sender<bool>, Vec<JoinHandle<()>>, Instant)>,
@@ -196,6 +226,7 @@ impl Engine {
         Engine {
             cfg,
             ledger,
+            load: LoadThread::start(),
             node_up: watch::channel(true).0,
             shared: Default::default(),
             running: None,
@@ -228,7 +259,7 @@ impl Engine {
                     stop: stop_rx.clone(),
                     shared: self.shared.clone(),
                 };
-                tokio::spawn(conn.run())
+                self.load.handle.spawn(conn.run())
             })
             .collect();
         self.running = Some((stop_tx, handles, Instant::now()));
@@ -257,7 +288,7 @@ impl Engine {
             .map(|i| {
                 let (cfg, ledger) = (self.cfg.clone(), self.ledger.clone());
                 let shared = self.shared.clone();
-                tokio::spawn(async move {
+                self.load.handle.spawn(async move {
                     let conn = Conn::connector(&cfg);
                     let Some(mut con) = conn.await else { return 0 };
                     let keys: Vec<usize> = (i..cfg.keys).step_by(n).collect();
@@ -624,27 +655,46 @@ impl Conn {
         });
     }
 
-    /// Adds what this connection counted to the engine's totals.
-    fn flush(&self, local: &mut LoadStats) {
-        if local.is_empty() {
+    /// Adds what this connection counted (its counters in `local`, its
+    /// latencies in `lat`) to the engine's totals: after every batch of
+    /// replies, so a phase's figures hold the replies that came in it.
+    fn flush(&self, local: &mut LoadStats, lat: &mut Vec<u64>) {
+        if local.is_empty() && lat.is_empty() {
             return;
         }
-        {
-            let mut sh = self.shared.lock().expect("stats lock");
-            sh.total.merge(local);
-            sh.interval.merge(local);
+        let mut guard = self.shared.lock().expect("stats lock");
+        let sh = &mut *guard;
+        for t in [&mut sh.total, &mut sh.interval] {
+            t.sets_ok += local.sets_ok;
+            t.gets_ok += local.gets_ok;
+            t.dels_ok += local.dels_ok;
+            t.mgets_ok += local.mgets_ok;
+            t.errors += local.errors;
+            t.unavailable += local.unavailable;
+            t.corrupted_reads += local.corrupted_reads;
+            for us in lat.iter() {
+                let _ = t.latency_us.record(*us);
+            }
         }
-        let mut h = std::mem::replace(&mut local.latency_us, histogram());
-        h.reset();
-        *local = LoadStats {
-            latency_us: h,
-            ..LoadStats::default()
-        };
+        drop(guard);
+        local.sets_ok = 0;
+        local.gets_ok = 0;
+        local.dels_ok = 0;
+        local.mgets_ok = 0;
+        local.errors = 0;
+        local.unavailable = 0;
+        local.corrupted_reads = 0;
+        lat.clear();
     }
 
     /// Judges the replies in the read buffer against the requests in
     /// flight. `Err` when the bytes are not a reply: the link is broken.
-    fn take_replies(&self, link: &mut Link, local: &mut LoadStats) -> Result<(), String> {
+    fn take_replies(
+        &self,
+        link: &mut Link,
+        local: &mut LoadStats,
+        lat: &mut Vec<u64>,
+    ) -> Result<(), String> {
         let mut used = 0;
         let now = Instant::now();
         while !link.pending.is_empty() {
@@ -685,7 +735,7 @@ impl Conn {
             };
             if ok {
                 let us = (now - p.intended).as_micros().clamp(1, 3_600_000_000) as u64;
-                let _ = local.latency_us.record(us);
+                lat.push(us);
             } else {
                 // Refused or malformed: a write stays in doubt.
                 local.errors += 1;
@@ -758,6 +808,7 @@ impl Conn {
         let mut stop = self.stop.clone();
         let mut chooser = self.chooser();
         let mut link: Option<Link> = None;
+        let mut lat: Vec<u64> = Vec::with_capacity(1024);
         let mut flushed = Instant::now();
         // At a fixed rate: the schedule, staggered across one period;
         // in a closed loop: the depth.
@@ -779,7 +830,7 @@ impl Conn {
         let tick = tokio::time::sleep_until(next);
         tokio::pin!(tick);
         let mut timeouts = tokio::time::interval(
-            (self.cfg.timeout / 4).clamp(Duration::from_millis(10), Duration::from_millis(250)),
+            (self.cfg.timeout / 4).clamp(Duration::from_millis(10), Duration::from_millis(100)),
         );
         timeouts.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -795,7 +846,7 @@ impl Conn {
                     let l = link.as_mut().expect("readable");
                     let outcome = match l.fill_reads() {
                         Ok(open) => self
-                            .take_replies(l, &mut local)
+                            .take_replies(l, &mut local, &mut lat)
                             .map(|()| open || l.pending.is_empty()),
                         Err(e) => Err(e.to_string()),
                     };
@@ -807,17 +858,13 @@ impl Conn {
                     if period.is_none() && link.is_some() {
                         self.refill(&mut link, now, &mut next, period, depth, &mut rng, &mut chooser, &mut local);
                     }
-                    if now - flushed >= FLUSH_EVERY {
-                        self.flush(&mut local);
-                        flushed = now;
-                    }
                 }
                 _ = writable(&link), if unwritten => {
                     if link.as_mut().expect("writable").flush_writes().is_err() {
                         broken(&mut link, &mut local);
                     }
                 }
-                _ = timeouts.tick(), if in_flight > 0 => {
+                _ = timeouts.tick() => {
                     let now = Instant::now();
                     let late = link
                         .as_ref()
@@ -840,6 +887,12 @@ impl Conn {
                     }
                 }
             }
+            // Totals are shared every 10 ms (or 256 replies): a phase's
+            // figures hold the replies that came in it, give or take that.
+            if lat.len() >= 256 || flushed.elapsed() >= Duration::from_millis(10) {
+                self.flush(&mut local, &mut lat);
+                flushed = Instant::now();
+            }
         }
         // Let what is in flight settle, each request within its timeout.
         while let Some(l) = link.as_mut() {
@@ -856,7 +909,7 @@ impl Conn {
                     }
                     let _ = l.stream.readable().await;
                     let open = l.fill_reads()?;
-                    self.take_replies(l, &mut local)
+                    self.take_replies(l, &mut local, &mut lat)
                         .map_err(std::io::Error::other)?;
                     if l.pending.is_empty() || !open {
                         return Ok::<bool, std::io::Error>(open);
@@ -868,7 +921,7 @@ impl Conn {
                 broken(&mut link, &mut local);
             }
         }
-        self.flush(&mut local);
+        self.flush(&mut local, &mut lat);
     }
 }
 

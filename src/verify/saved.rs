@@ -1,0 +1,167 @@
+//! What a cell leaves for `soak verify`: the node's definition
+//! (`node.json`) next to the ledger (`ledger.bin`), so that a run whose
+//! soak died (killed, out of memory, a lost CI runner) can still be checked:
+//! the node is started again on its data and every key the ledger knows is
+//! read back.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use serde::{Deserialize, Serialize};
+
+use crate::driver::process::{Probe, Spec};
+
+/// `node.json`: the templated node definition of a cell.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SavedNode {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// `resp` or `tcp`.
+    pub probe: String,
+    pub probe_address: String,
+    pub ready_timeout_s: f64,
+    pub stop_signal: String,
+    pub grace_s: f64,
+    /// Where the workload's RESP requests went (and a read-back goes).
+    pub target: Option<String>,
+    pub request_timeout_s: f64,
+}
+
+impl SavedNode {
+    pub fn of(spec: &Spec, target: Option<String>, request_timeout: Duration) -> SavedNode {
+        let (probe, probe_address) = match &spec.probe {
+            Probe::Resp(a) => ("resp", a.clone()),
+            Probe::Tcp(a) => ("tcp", a.clone()),
+        };
+        SavedNode {
+            argv: spec.argv.clone(),
+            env: spec.env.clone(),
+            probe: probe.into(),
+            probe_address,
+            ready_timeout_s: spec.ready_timeout.as_secs_f64(),
+            stop_signal: spec.stop_signal.as_str().into(),
+            grace_s: spec.grace.as_secs_f64(),
+            target,
+            request_timeout_s: request_timeout.as_secs_f64(),
+        }
+    }
+
+    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+        let json = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+        std::fs::write(path, json + "\n")
+    }
+
+    pub fn read(path: &Path) -> Result<SavedNode, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The node's definition again, logging to `log`.
+    pub fn spec(&self, log: PathBuf) -> Result<Spec, String> {
+        let probe = match self.probe.as_str() {
+            "resp" => Probe::Resp(self.probe_address.clone()),
+            "tcp" => Probe::Tcp(self.probe_address.clone()),
+            other => return Err(format!("unknown probe {other:?} in node.json")),
+        };
+        Ok(Spec {
+            argv: self.argv.clone(),
+            env: self.env.clone(),
+            probe,
+            ready_timeout: Duration::from_secs_f64(self.ready_timeout_s),
+            stop_signal: Signal::from_str(&self.stop_signal)
+                .map_err(|_| format!("unknown stop signal {:?} in node.json", self.stop_signal))?,
+            grace: Duration::from_secs_f64(self.grace_s),
+            log,
+        })
+    }
+}
+
+/// Why `soak verify` could not judge a cell.
+#[derive(Debug, thiserror::Error)]
+pub enum ReverifyError {
+    /// Not a cell's folder, or its files are damaged (exit 2).
+    #[error("{0}")]
+    Invalid(String),
+    /// The node would not start, or could not be read from (exit 3).
+    #[error("{0}")]
+    Environment(String),
+}
+
+/// What `soak verify` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Reverified {
+    pub integrity: super::Integrity,
+    /// The ledger was saved while the run went on: keys may hold writes
+    /// made after it, judged in doubt rather than corrupt.
+    pub stale_ledger: bool,
+    pub keys_known: usize,
+    pub target: String,
+    /// Whether soak started the node for the read-back.
+    pub started_node: bool,
+}
+
+/// Reads back every key of the cell's saved ledger: through `target`, or
+/// through the node started again from `node.json` on its data, then
+/// stopped. Writes `verify.json` into the folder.
+pub async fn reverify(dir: &Path, target: Option<String>) -> Result<Reverified, ReverifyError> {
+    use crate::driver::process::ProcessNode;
+    use crate::workload::Ledger;
+    let ledger_path = dir.join("ledger.bin");
+    if !ledger_path.exists() {
+        return Err(ReverifyError::Invalid(format!(
+            "{} has no ledger.bin: give the folder of a cell with a workload, e.g. reports/SUITE/RUN/cells/CELL",
+            dir.display()
+        )));
+    }
+    let ledger = Ledger::load(&ledger_path).map_err(|e| ReverifyError::Invalid(e.to_string()))?;
+    let saved = SavedNode::read(&dir.join("node.json")).map_err(ReverifyError::Invalid)?;
+    let (target, mut node) = match target.or(saved.target.clone()) {
+        Some(t) if saved.target.as_deref() != Some(t.as_str()) => (t, None),
+        Some(t) => {
+            let spec = saved
+                .spec(dir.join("verify-node.log"))
+                .map_err(ReverifyError::Invalid)?;
+            let mut node = ProcessNode::new(spec, None);
+            let ready = node
+                .start()
+                .await
+                .map_err(|e| ReverifyError::Environment(e.to_string()))?;
+            eprintln!(
+                "soak verify: node started on its data (pid {}, ready after {} ms)",
+                node.pid().unwrap_or(0),
+                ready.as_millis()
+            );
+            (t, Some(node))
+        }
+        None => {
+            return Err(ReverifyError::Invalid(
+                "node.json names no workload target: give one with --target HOST:PORT".into(),
+            ))
+        }
+    };
+    let timeout = Duration::from_secs_f64(saved.request_timeout_s);
+    let keys_known = (0..ledger.keys()).filter(|k| ledger.is_touched(*k)).count();
+    let read = super::online(&target, &ledger, timeout, |done, all| {
+        if done < all {
+            eprintln!("soak verify: {done}/{all} keys");
+        }
+    })
+    .await;
+    if let Some(n) = node.as_mut() {
+        let _ = n.stop().await;
+        n.shutdown();
+    }
+    let integrity = read.map_err(|e| ReverifyError::Environment(e.to_string()))?;
+    let out = Reverified {
+        integrity,
+        stale_ledger: ledger.is_stale(),
+        keys_known,
+        target,
+        started_node: node.is_some(),
+    };
+    let json = serde_json::to_string_pretty(&out).unwrap_or_default();
+    let _ = std::fs::write(dir.join("verify.json"), json + "\n");
+    Ok(out)
+}
