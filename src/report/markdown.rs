@@ -96,6 +96,7 @@ pub fn write(
     }
     writeln!(w)?;
     glance(w, s)?;
+    load_glance(w, s)?;
     for c in &s.cells {
         cell(w, c, charts.get(&c.id).map(Vec::as_slice).unwrap_or(&[]))?;
     }
@@ -359,6 +360,33 @@ fn series_table(w: &mut impl Write, m: &super::MemorySummary) -> io::Result<()> 
 
 /// Memory of every cell side by side: what a matrix over allocators and
 /// caches is run for.
+/// Throughput, latency, memory and disk of every cell side by side: the
+/// table a configuration sweep (KAFKA-4484's) is read from.
+fn load_glance(w: &mut impl Write, s: &super::Summary) -> io::Result<()> {
+    if s.cells.iter().all(|c| c.load.is_none()) {
+        return Ok(());
+    }
+    writeln!(w, "**Load at a glance** (the rate-controlled or closed-loop load, not `load` phases):\n\n| cell | writes/s | reads/s | p50 | p99 | p99.9 | peak RSS | steady RSS | peak disk |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|")?;
+    for c in &s.cells {
+        let Some(l) = &c.load else { continue };
+        let m = &c.memory;
+        writeln!(
+            w,
+            "| `{}` | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} |",
+            c.id,
+            l.writes_per_s,
+            l.reads_per_s,
+            ms(l, |x| x.p50),
+            ms(l, |x| x.p99),
+            ms(l, |x| x.p999),
+            Bytes(m.peak_rss_bytes),
+            steady(&m.rss),
+            Bytes(m.peak_disk_bytes),
+        )?;
+    }
+    writeln!(w)
+}
+
 fn glance(w: &mut impl Write, s: &super::Summary) -> io::Result<()> {
     if s.cells.iter().all(|c| c.memory.samples == 0) {
         return Ok(());
