@@ -223,6 +223,7 @@ fn error_cell(cell: &CellDef, e: &RunError) -> CellResult {
         allocator: None,
         chaos: vec![],
         execs: vec![],
+        upgrades: vec![],
     }
 }
 
@@ -363,6 +364,27 @@ async fn run_cell(
         (_, Some(t)) => Probe::Tcp(render(t, &vars)?),
         _ => unreachable!("validated: one probe"),
     };
+    // Each version: its argv, and the node's environment with its own
+    // variables added or replacing.
+    let mut versions = BTreeMap::new();
+    versions.insert(
+        crate::chaos::BASE_VERSION.to_string(),
+        (argv.clone(), env.clone()),
+    );
+    for (name, v) in &suite.versions {
+        let vargv = v
+            .command
+            .iter()
+            .map(|a| render(a, &vars))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut venv = env.clone();
+        for (k, x) in &v.env {
+            let x = render(x, &vars)?;
+            venv.retain(|(ek, _)| ek != k);
+            venv.push((k.clone(), x));
+        }
+        versions.insert(name.clone(), (vargv, venv));
+    }
     let spec = Spec {
         argv,
         env,
@@ -463,6 +485,7 @@ async fn run_cell(
         run_id: run_id.into(),
         seed,
         scale: opts.duration_scale,
+        versions,
     };
 
     let interval = opts.interval.unwrap_or(suite.telemetry.interval.0);
@@ -522,6 +545,7 @@ async fn run_cell(
     let phases = std::mem::take(&mut cell.phases);
     let execs = std::mem::take(&mut cell.execs);
     let chaos = std::mem::take(&mut cell.chaos);
+    let upgrades = std::mem::take(&mut cell.upgrades);
     let integrity_found = cell.integrity;
     drop(cell);
     let samples = sampler.stop().await;
@@ -672,6 +696,7 @@ async fn run_cell(
                 })
                 .collect(),
             execs: exec_results,
+            upgrades,
         },
         chart,
     ))

@@ -795,3 +795,41 @@ fn a_killed_run_of_a_node_without_persistence_shows_its_losses_in_soak_verify() 
     assert!(lost > 2000, "{v}");
     assert_eq!(v["integrity"]["verified"], 0, "{v}");
 }
+
+#[test]
+fn an_upgrade_is_verified_and_a_refused_downgrade_is_reported_with_its_reason() {
+    let run = soak_run("tests/suites/upgrade.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let cell = run.cell();
+    let ups = cell["upgrades"].as_array().unwrap();
+    assert_eq!(ups.len(), 3, "{ups:?}");
+    // Snappy -> LZ4: the new version read back every key.
+    assert_eq!(ups[0]["kind"], "upgrade");
+    assert_eq!(
+        (ups[0]["from"].as_str(), ups[0]["to"].as_str()),
+        (Some("node"), Some("lz4"))
+    );
+    assert_eq!(ups[0]["outcome"], "verified");
+    assert!(
+        ups[0]["integrity"]["verified"].as_u64().unwrap() > 1000,
+        "{}",
+        ups[0]
+    );
+    assert_eq!(ups[0]["integrity"]["lost"], 0);
+    // The old release refused, in its own words, and LZ4 ran again.
+    assert_eq!(ups[1]["outcome"], "refused");
+    let reason = ups[1]["reason"].as_str().unwrap();
+    assert!(reason.contains("written by RocksDB 11."), "{reason}");
+    assert!(reason.contains("refusing to open it"), "{reason}");
+    assert_eq!(ups[1]["integrity"]["lost"], 0);
+    // Back to the node as it started (Snappy), verified.
+    assert_eq!(ups[2]["to"], "node");
+    assert_eq!(ups[2]["outcome"], "verified");
+    assert_eq!(ups[2]["integrity"]["lost"], 0);
+    let report =
+        std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+    assert!(
+        report.contains("| downgrade lz4 -> old-release |"),
+        "{report}"
+    );
+}

@@ -24,6 +24,9 @@ use crate::telemetry::Target;
 use crate::verify::{self, Integrity};
 use crate::workload::Engine;
 
+/// The name of the version the node starts as (`node:` in the suite).
+pub const BASE_VERSION: &str = "node";
+
 /// Restarts after unexpected deaths allowed in one cell before it errors.
 const MAX_UNEXPECTED_RESTARTS: usize = 50;
 
@@ -99,6 +102,30 @@ pub struct Context {
     pub run_id: String,
     pub seed: u64,
     pub scale: f64,
+    /// Each version's argv and environment, rendered; `node` is the base.
+    pub versions: BTreeMap<String, VersionCommand>,
+}
+
+/// A version's argv and environment.
+pub type VersionCommand = (Vec<String>, Vec<(String, String)>);
+
+/// One `upgrade` or `downgrade`, as it went.
+#[derive(Debug, Clone, Serialize)]
+pub struct UpgradeRecord {
+    /// "upgrade" or "downgrade".
+    pub kind: &'static str,
+    pub from: String,
+    pub to: String,
+    pub at_s: f64,
+    /// "verified": the new version started and read back every key;
+    /// "refused": it would not start (a downgrade), and `from` runs again.
+    pub outcome: &'static str,
+    /// Why it was refused: the node's own words, from its log.
+    pub reason: Option<String>,
+    /// How long the new version took to get ready.
+    pub ready_after_ms: Option<u64>,
+    /// The read-back after it.
+    pub integrity: Option<Integrity>,
 }
 
 /// The outcome of one `exec` phase, for its check.
@@ -134,6 +161,9 @@ pub struct Cell<'a> {
     pub execs: Vec<ExecResult>,
     /// Chaos actions as planned and done: (phase seed, offset, action).
     pub chaos: Vec<(u64, schedule::Planned)>,
+    pub upgrades: Vec<UpgradeRecord>,
+    /// The version the node runs (or ran last).
+    pub version: String,
     /// Why the node is down, when soak took it down (for the next restart).
     down_reason: Option<(&'static str, f64, String)>,
     phase_counter: u64,
@@ -165,6 +195,8 @@ impl<'a> Cell<'a> {
             phases: vec![],
             execs: vec![],
             chaos: vec![],
+            upgrades: vec![],
+            version: BASE_VERSION.into(),
             down_reason: None,
             phase_counter: 0,
             saved_at: Instant::now(),
@@ -475,6 +507,118 @@ impl<'a> Cell<'a> {
         Ok(text)
     }
 
+    /// Points the node at a version's argv and environment, and rewrites
+    /// `node.json` so that `soak verify` starts this version.
+    fn use_version(&mut self, name: &str) -> Result<(), CellError> {
+        let (argv, env) = self
+            .ctx
+            .versions
+            .get(name)
+            .cloned()
+            .ok_or_else(|| CellError::Setup(format!("no version `{name}`")))?;
+        self.node.spec.argv = argv;
+        self.node.spec.env = env;
+        self.version = name.to_string();
+        let path = self.ctx.dir.join("node.json");
+        if let Ok(mut saved) = crate::verify::saved::SavedNode::read(&path) {
+            saved.argv = self.node.spec.argv.clone();
+            saved.env = self.node.spec.env.clone();
+            let _ = saved.write(&path);
+        }
+        Ok(())
+    }
+
+    /// `upgrade` / `downgrade`: the load paused, a graceful stop, the swap,
+    /// a start, and a read-back through the new version. A downgrade the
+    /// old version refuses (it exits or never gets ready) is recorded with
+    /// its reason and rolled forward again; a refused upgrade is an error.
+    async fn swap_version(&mut self, to: &str, kind: &'static str) -> Result<String, CellError> {
+        self.pause_load().await;
+        self.supervise().await?;
+        let from = self.version.clone();
+        let at = self.events.t();
+        if self.node.is_running() {
+            let status = self.node.stop().await?;
+            self.set_up(false);
+            self.events.emit(
+                "stopped",
+                format!("for the {kind} to {to}, {}", describe(status)),
+            );
+        }
+        self.use_version(to)?;
+        self.events.emit(kind, format!("{from} -> {to}"));
+        self.target.segment.fetch_add(1, Relaxed);
+        let mut record = UpgradeRecord {
+            kind,
+            from: from.clone(),
+            to: to.to_string(),
+            at_s: at,
+            outcome: "verified",
+            reason: None,
+            ready_after_ms: None,
+            integrity: None,
+        };
+        match self.node.start().await {
+            Ok(ready) => {
+                self.set_up(true);
+                record.ready_after_ms = Some(ready.as_millis() as u64);
+                self.restarts.push(Restart {
+                    reason: kind,
+                    at_s: at,
+                    ready_after_ms: ready.as_millis() as u64,
+                    exit: format!("{kind} from {from}"),
+                });
+                self.events.emit(
+                    "ready",
+                    format!(
+                        "pid {} after {} ms ({to})",
+                        self.node.pid().unwrap_or(0),
+                        ready.as_millis()
+                    ),
+                );
+            }
+            Err(e) if kind == "downgrade" => {
+                let reason = e.to_string();
+                self.events
+                    .emit("refused", format!("{to} would not start: {reason}"));
+                record.outcome = "refused";
+                record.reason = Some(reason);
+                self.use_version(&from)?;
+                let ready = self.node.start().await?;
+                self.set_up(true);
+                self.restarts.push(Restart {
+                    reason: kind,
+                    at_s: at,
+                    ready_after_ms: ready.as_millis() as u64,
+                    exit: format!("{to} refused; {from} started again"),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let before = self.integrity;
+        let text = self.verify().await;
+        let mut found = self.integrity;
+        found.verified -= before.verified;
+        found.lost -= before.lost;
+        found.corrupted -= before.corrupted;
+        found.in_doubt -= before.in_doubt;
+        found.resurrected -= before.resurrected;
+        if self.engine.is_some() {
+            record.integrity = Some(found);
+        }
+        let outcome = match record.outcome {
+            "refused" => format!(
+                "{to} refused to start ({}); {from} runs again; {}",
+                record.reason.as_deref().unwrap_or(""),
+                text.as_deref().unwrap_or("")
+            ),
+            _ => format!("{from} -> {to}; {}", text.as_deref().unwrap_or("")),
+        };
+        self.upgrades.push(record);
+        text?;
+        Ok(outcome)
+    }
+
     async fn chaos(&mut self, c: &ChaosSpec) -> Result<String, CellError> {
         let seed = c
             .seed
@@ -596,6 +740,8 @@ impl<'a> Cell<'a> {
                 Ok(format!("{times} times"))
             }
             Phase::Chaos(c) => self.chaos(c).await,
+            Phase::Upgrade(v) => self.swap_version(v, "upgrade").await,
+            Phase::Downgrade(v) => self.swap_version(v, "downgrade").await,
         }
     }
 

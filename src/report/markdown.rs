@@ -230,6 +230,37 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
             ms(l, |l| l.max),
         )?;
     }
+    if !c.upgrades.is_empty() {
+        writeln!(w, "| version change | at | outcome | ready after | as expected | lost | corrupted | in doubt |\n|---|---:|---|---:|---:|---:|---:|---:|")?;
+        for u in &c.upgrades {
+            let i = u.integrity.unwrap_or_default();
+            let outcome = match &u.reason {
+                Some(r) => format!(
+                    "{}: {}",
+                    u.outcome,
+                    r.replace('\n', " ").replace('|', "\\|")
+                ),
+                None => u.outcome.to_string(),
+            };
+            writeln!(
+                w,
+                "| {} {} -> {} | {:.1} s | {} | {} | {} | {} | {} | {} |",
+                u.kind,
+                u.from,
+                u.to,
+                u.at_s,
+                outcome,
+                u.ready_after_ms
+                    .map(|m| format!("{m} ms"))
+                    .unwrap_or_else(|| "-".into()),
+                i.verified,
+                i.lost,
+                i.corrupted,
+                i.in_doubt
+            )?;
+        }
+        writeln!(w)?;
+    }
     let loaded: Vec<_> = c
         .phases
         .iter()

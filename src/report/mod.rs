@@ -78,6 +78,8 @@ pub struct CellResult {
     pub chaos: Vec<ChaosRecord>,
     /// Commands the `exec` phases ran: exit code, log, time, throughput.
     pub execs: Vec<crate::chaos::ExecResult>,
+    /// Upgrades and downgrades, each with its outcome and read-back.
+    pub upgrades: Vec<crate::chaos::UpgradeRecord>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -192,7 +192,10 @@ impl Checks {
     /// Checks that cannot be measured by this suite.
     pub fn problems(&self, s: &Suite) -> Vec<(String, String)> {
         let mut out = vec![];
-        let verifies = has_phase(&s.phases, &|p| matches!(p, Phase::Verify));
+        // An upgrade or a downgrade reads back too.
+        let verifies = has_phase(&s.phases, &|p| {
+            matches!(p, Phase::Verify | Phase::Upgrade(_) | Phase::Downgrade(_))
+        });
         for (name, set) in [
             ("lost_writes", self.lost_writes.is_some()),
             ("corrupted_writes", self.corrupted_writes.is_some()),

@@ -40,11 +40,27 @@ pub struct Suite {
     pub limits: Limits,
     pub matrix: Option<Matrix>,
     pub workload: Option<Workload>,
+    /// Other versions of the node, by name, for `upgrade` and `downgrade`
+    /// phases; the node starts as `node:` describes it.
+    #[serde(default)]
+    pub versions: BTreeMap<String, Version>,
     pub phases: Vec<Phase>,
     #[serde(default)]
     pub checks: Checks,
     #[serde(default)]
     pub telemetry: Telemetry,
+}
+
+/// One version of the node: its own command, and environment variables
+/// added to (or replacing) the node's. Readiness, stop and metrics are the
+/// node's; the data directory is the same.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Version {
+    /// The argv, templated; never run through a shell.
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 /// How soak watches the node.
@@ -227,14 +243,17 @@ impl fmt::Display for SuiteError {
 impl std::error::Error for SuiteError {}
 
 /// The top-level keys of a suite, for near-miss hints.
-const TOP_KEYS: [&str; 7] = [
+const TOP_KEYS: [&str; 10] = [
     "name",
     "description",
     "node",
     "limits",
+    "matrix",
     "workload",
+    "versions",
     "phases",
     "checks",
+    "telemetry",
 ];
 
 impl Suite {
@@ -442,6 +461,23 @@ impl Suite {
                     "`limit` changes the memory limit, and there is none: set `limits.memory` first".into(),
                 )),
                 Phase::Exec(e) if e.command.is_empty() => out.push((path, "the command is empty".into())),
+                Phase::Upgrade(v) | Phase::Downgrade(v)
+                    if v != crate::chaos::BASE_VERSION && !self.versions.contains_key(v) =>
+                {
+                    let known: Vec<&str> = self.versions.keys().map(String::as_str).collect();
+                    out.push((
+                        format!("{path}.{word}"),
+                        if known.is_empty() {
+                            format!("there is no version `{v}`: describe it under `versions:`, e.g. `versions: {{ {v}: {{ command: [...] }} }}` (`node` is the node as it starts)")
+                        } else {
+                            format!(
+                                "there is no version `{v}`{}; versions: node, {}",
+                                values::did_you_mean(v, known.iter().copied()),
+                                known.join(", ")
+                            )
+                        },
+                    ))
+                }
                 Phase::Chaos(c) if c.every_min > c.during => out.push((
                     path,
                     "`every` is longer than `during`: nothing would happen".into(),
@@ -460,7 +496,9 @@ impl Suite {
             }
             match p {
                 Phase::Kill(_) | Phase::Stop => *running = false,
-                Phase::Start => *running = true,
+                // Either way the node runs after it (a refused downgrade
+                // starts the version before again).
+                Phase::Start | Phase::Upgrade(_) | Phase::Downgrade(_) => *running = true,
                 _ => {}
             }
         }
@@ -486,6 +524,14 @@ impl Suite {
         }
         if let Some(w) = &self.workload {
             templated.push(("workload.resp.target".into(), &w.resp.target));
+        }
+        for (name, v) in &self.versions {
+            for (i, a) in v.command.iter().enumerate() {
+                templated.push((format!("versions.{name}.command[{i}]"), a));
+            }
+            for (k, x) in &v.env {
+                templated.push((format!("versions.{name}.env.{k}"), x));
+            }
         }
         let mut execs = vec![];
         collect_execs(&self.phases, "phases", &mut execs);

@@ -11,9 +11,22 @@ use serde::{Deserialize, Serialize};
 
 use super::values::{did_you_mean, Count, Dur, Sig, Size};
 
-pub const PHASES: [&str; 13] = [
-    "load", "run", "kill", "start", "stop", "restart", "pause", "wait", "exec", "limit", "verify",
-    "repeat", "chaos",
+pub const PHASES: [&str; 15] = [
+    "load",
+    "run",
+    "kill",
+    "start",
+    "stop",
+    "restart",
+    "pause",
+    "wait",
+    "exec",
+    "limit",
+    "verify",
+    "repeat",
+    "chaos",
+    "upgrade",
+    "downgrade",
 ];
 
 /// One step of a suite.
@@ -46,6 +59,11 @@ pub enum Phase {
     Repeat { times: u64, phases: Vec<Phase> },
     /// Random kills, pauses and restarts under load, from a seed.
     Chaos(ChaosSpec),
+    /// Stop gracefully, swap to this version of `versions`, start, verify.
+    Upgrade(String),
+    /// The same, toward an older version: a refusal to start is reported
+    /// with its reason, and the version before is started again.
+    Downgrade(String),
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -298,6 +316,7 @@ impl<'de> Deserialize<'de> for Phase {
                     "exec" => Err(E::custom("`exec` needs a command: write `- exec: [\"cmd\", \"arg\"]`")),
                     "repeat" => Err(E::custom("`repeat` needs times and phases: write `- repeat: { times: 3, phases: [...] }`")),
                     "chaos" => Err(E::custom("`chaos` needs a schedule: write `- chaos: { during: 5m, every: 20s..1m, actions: [kill, pause] }`")),
+                    "upgrade" | "downgrade" => Err(E::custom(format!("`{v}` needs a version: write `- {v}: NAME` with NAME under `versions:`"))),
                     other => Err(E::custom(unknown(other))),
                 }
             }
@@ -315,6 +334,8 @@ impl<'de> Deserialize<'de> for Phase {
                     "limit" => Phase::Limit(map.next_value::<Size>()?),
                     "exec" => Phase::Exec(map.next_value::<ExecSpec>()?),
                     "chaos" => Phase::Chaos(map.next_value::<ChaosSpec>()?),
+                    "upgrade" => Phase::Upgrade(map.next_value::<String>()?),
+                    "downgrade" => Phase::Downgrade(map.next_value::<String>()?),
                     "repeat" => {
                         let r: RepeatSpec = map.next_value()?;
                         if r.times.0 == 0 {
@@ -376,6 +397,8 @@ impl Phase {
             Phase::Verify => "verify",
             Phase::Repeat { .. } => "repeat",
             Phase::Chaos(_) => "chaos",
+            Phase::Upgrade(_) => "upgrade",
+            Phase::Downgrade(_) => "downgrade",
         }
     }
 }
@@ -390,6 +413,7 @@ impl fmt::Display for Phase {
             Phase::Kill(s) => write!(f, "kill {s}"),
             Phase::Exec(e) => write!(f, "exec {}", e.command.join(" ")),
             Phase::Limit(s) => write!(f, "limit {}", crate::units::Bytes(s.0)),
+            Phase::Upgrade(v) | Phase::Downgrade(v) => write!(f, "{} to {v}", self.word()),
             Phase::Repeat { times, phases } => {
                 write!(f, "repeat {times}x ({} phases)", phases.len())
             }

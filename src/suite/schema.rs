@@ -155,6 +155,8 @@ manual!(Phase, "Phase", |g| {
                 "run": dur, "pause": dur, "wait": dur, "kill": sig, "limit": size,
                 "load": { "const": "all" },
                 "verify": { "const": "acknowledged-writes" },
+                "upgrade": { "type": "string", "description": "a name under `versions:`" },
+                "downgrade": { "type": "string", "description": "a name under `versions:`" },
                 "exec": { "anyOf": [argv, { "type": "object", "additionalProperties": false, "required": ["command"],
                     "properties": { "command": argv, "timeout": dur, "expect": { "type": "integer" },
                         "throughput": throughput } }] },
