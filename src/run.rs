@@ -645,6 +645,7 @@ async fn run_cell(
         load.as_ref(),
         &samples,
         &execs,
+        &phases,
     );
 
     let error = outcome.as_ref().err().map(|e| e.to_string());
@@ -746,6 +747,7 @@ fn evaluate(
     load: Option<&LoadStats>,
     samples: &[Sample],
     execs: &[crate::chaos::ExecResult],
+    phases: &[report::PhaseRecord],
 ) -> Vec<CheckResult> {
     let c = &suite.checks;
     let mut out: Vec<CheckResult> = [
@@ -817,15 +819,48 @@ fn evaluate(
             unit: "bytes".into(),
         });
     }
-    if let Some(d) = &c.disk {
+    if let Some(max) = c.disk.as_ref().and_then(|d| d.max.map(|m| (m, d.severity))) {
+        let (max, severity) = max;
         let peak = samples.iter().map(|s| s.disk).max().unwrap_or(0);
         out.push(CheckResult {
             name: "disk".into(),
-            verdict: verdict_of(peak <= d.max.0, d.severity),
+            verdict: verdict_of(peak <= max.0, severity),
             value: peak.into(),
-            limit: d.max.0.into(),
+            limit: max.0.into(),
             detail: None,
             unit: "bytes".into(),
+        });
+    }
+    if let Some((ratio, severity)) = c
+        .disk
+        .as_ref()
+        .and_then(|d| d.max_growth.map(|r| (r, d.severity)))
+    {
+        let sizes: Vec<u64> = phases
+            .iter()
+            .filter_map(|p| p.disk_bytes)
+            .filter(|b| *b > 0)
+            .collect();
+        let growth = match (sizes.first(), sizes.last()) {
+            (Some(a), Some(b)) => Some(*b as f64 / *a as f64),
+            _ => None,
+        };
+        out.push(CheckResult {
+            name: "disk growth".into(),
+            verdict: verdict_of(growth.is_some_and(|g| g <= ratio), severity),
+            value: growth
+                .map(|g| serde_json::Value::from((g * 1000.0).round() / 1000.0))
+                .unwrap_or(serde_json::Value::Null),
+            limit: ratio.into(),
+            detail: match (sizes.first(), sizes.last()) {
+                (Some(a), Some(b)) => Some(format!(
+                    "{} after the first phase, {} at the end",
+                    crate::units::Bytes(*a),
+                    crate::units::Bytes(*b)
+                )),
+                _ => Some("no phase left data to compare".into()),
+            },
+            unit: "x".into(),
         });
     }
     if let (Some(t), Some(l)) = (&c.throughput, load) {

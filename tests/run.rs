@@ -832,4 +832,25 @@ fn an_upgrade_is_verified_and_a_refused_downgrade_is_reported_with_its_reason() 
         report.contains("| downgrade lz4 -> old-release |"),
         "{report}"
     );
+    // The data directory's size after each phase, and its growth over the
+    // run: the last size over the first.
+    let sizes: Vec<f64> = cell["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["disk_bytes"].as_f64().unwrap())
+        .filter(|b| *b > 0.0)
+        .collect();
+    assert_eq!(sizes.len(), 6, "{}", cell["phases"]);
+    let check = cell["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "disk growth")
+        .unwrap();
+    let growth = check["value"].as_f64().unwrap();
+    assert!(
+        (growth - sizes[5] / sizes[0]).abs() < 0.001,
+        "{check} {sizes:?}"
+    );
 }

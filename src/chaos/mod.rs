@@ -774,6 +774,11 @@ impl<'a> Cell<'a> {
                 end_s: self.events.t(),
                 outcome: text,
                 load,
+                disk_bytes: self
+                    .target
+                    .data_dir
+                    .as_deref()
+                    .map(crate::telemetry::disk_usage),
             });
             self.save_ledger(false).await;
             outcome?;

@@ -294,12 +294,18 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
         writeln!(w)?;
     }
     if !c.phases.is_empty() {
-        writeln!(w, "<details><summary>Phases</summary>\n\n| phase | from | to | outcome |\n|---|---:|---:|---|")?;
+        writeln!(w, "<details><summary>Phases</summary>\n\n| phase | from | to | data directory after | outcome |\n|---|---:|---:|---:|---|")?;
         for p in &c.phases {
             writeln!(
                 w,
-                "| {} | {:.1} s | {:.1} s | {} |",
-                p.phase, p.start_s, p.end_s, p.outcome
+                "| {} | {:.1} s | {:.1} s | {} | {} |",
+                p.phase,
+                p.start_s,
+                p.end_s,
+                p.disk_bytes
+                    .map(|b| Bytes(b).to_string())
+                    .unwrap_or_else(|| "-".into()),
+                p.outcome.replace('\n', " ").replace('|', "\\|")
             )?;
         }
         writeln!(w, "\n</details>\n")?;

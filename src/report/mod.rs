@@ -224,6 +224,8 @@ pub struct PhaseRecord {
     pub outcome: String,
     /// The load while the phase ran, where there was any.
     pub load: Option<LoadSummary>,
+    /// The data directory's size when the phase ended.
+    pub disk_bytes: Option<u64>,
 }
 
 /// `90s`, `12m 5s`, `2h 3m`, `450ms`.

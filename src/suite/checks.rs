@@ -123,11 +123,15 @@ pub struct PeakCheck {
     pub severity: Severity,
 }
 
-/// `disk: { max: 4GiB }`: the data directory's largest size.
+/// `disk: { max: 4GiB }`: the data directory's largest size;
+/// `disk: { max_growth: 1.5 }`: its size at the end over its size at the
+/// end of the first phase that left data (an upgrade that doubles the
+/// database shows as 2.0).
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DiskCheck {
-    pub max: Size,
+    pub max: Option<Size>,
+    pub max_growth: Option<f64>,
     #[serde(default)]
     pub severity: Severity,
 }
@@ -213,6 +217,21 @@ impl Checks {
         ] {
             if set && (s.workload.is_none() || !loads) {
                 out.push((format!("checks.{name}"), format!("`{name}` is measured on the built-in workload: add a `workload:` and a `run` phase")));
+            }
+        }
+        if let Some(d) = &self.disk {
+            if d.max.is_none() && d.max_growth.is_none() {
+                out.push((
+                    "checks.disk".into(),
+                    "give `max` (a size, e.g. 4GiB), `max_growth` (a ratio, e.g. 1.5) or both"
+                        .into(),
+                ));
+            }
+            if d.max_growth.is_some_and(|g| !(g > 0.0 && g.is_finite())) {
+                out.push((
+                    "checks.disk.max_growth".into(),
+                    "a ratio above 0, e.g. 1.5 for half as large again".into(),
+                ));
             }
         }
         if let Some(l) = &self.latency {
