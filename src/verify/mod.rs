@@ -3,6 +3,8 @@
 //! Online verification reads through the node itself with pipelined MGETs,
 //! so it works with any node that speaks RESP.
 
+#[cfg(feature = "node")]
+pub mod offline;
 pub mod saved;
 
 use std::time::{Duration, Instant};

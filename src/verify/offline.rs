@@ -1,0 +1,280 @@
+//! Offline verification of a RocksDB data directory while its node is
+//! stopped: opened read-only with every column family, every block's
+//! checksum verified, the keys counted (and, for soak-node's layout, judged
+//! against the ledger), the SST files summed by level and by compression,
+//! and the OPTIONS file read so that two inspections can be compared.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use rocksdb::{AsRawPtr, Options, ReadOptions, DB};
+use serde::Serialize;
+
+use super::Integrity;
+use crate::workload::ledger::{KeyVerdict, Ledger};
+
+/// SST files of one level, or of one compression.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct FileGroup {
+    pub files: u64,
+    pub bytes: u64,
+    pub entries: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Inspection {
+    /// The data directory's size on disk.
+    pub size_bytes: u64,
+    pub column_families: Vec<String>,
+    /// Keys found by the full scan, per column family.
+    pub keys: BTreeMap<String, u64>,
+    /// SST files by level (`L0`, `L1`, ...).
+    pub levels: BTreeMap<String, FileGroup>,
+    /// SST files by the compression their table properties name.
+    pub compression: BTreeMap<String, FileGroup>,
+    /// The first corruption RocksDB found, with the file it names.
+    pub corruption: Option<String>,
+    /// The version that wrote the newest OPTIONS file.
+    pub rocksdb_version: Option<String>,
+    /// The newest OPTIONS file, flattened to `section.option = value`.
+    pub options: BTreeMap<String, String>,
+    /// The ledger's verdict on the contents, where one was given.
+    pub integrity: Option<Integrity>,
+}
+
+/// The compression an SST file's table properties name: `Snappy`, `LZ4`,
+/// `NoCompression`... The metaindex block (written with a restart interval
+/// of 1: keys whole) gives the properties block's handle; the properties
+/// block is read entry by entry (its keys prefix-compressed). RocksDB 7.x
+/// writes the name (`Snappy`); 9.x and later `BuiltinV2;04;`, the types
+/// used in hex, which are mapped back to names.
+pub fn sst_compression(path: &Path) -> Option<String> {
+    const META: &[u8] = b"rocksdb.properties";
+    let bytes = std::fs::read(path).ok()?;
+    let tail = bytes.len().saturating_sub(64 << 10);
+    let mut from = tail;
+    let (offset, size) = loop {
+        let at = from + find(&bytes[from..], META)?;
+        from = at + 1;
+        if at >= 3 && bytes[at - 3] == 0 && bytes[at - 2] == META.len() as u8 {
+            let mut pos = at + META.len();
+            let offset = varint(&bytes, &mut pos)? as usize;
+            let size = varint(&bytes, &mut pos)? as usize;
+            break (offset, size);
+        }
+    };
+    let block = bytes.get(offset..offset + size)?;
+    let restarts = u32::from_le_bytes(block.get(size - 4..)?.try_into().ok()?) as usize;
+    let end = size.checked_sub(4 + 4 * restarts)?;
+    let (mut pos, mut key) = (0, Vec::new());
+    while pos < end {
+        let shared = varint(block, &mut pos)? as usize;
+        let non_shared = varint(block, &mut pos)? as usize;
+        let value_len = varint(block, &mut pos)? as usize;
+        key.truncate(shared);
+        key.extend_from_slice(block.get(pos..pos + non_shared)?);
+        pos += non_shared;
+        let value = block.get(pos..pos + value_len)?;
+        pos += value_len;
+        if key == b"rocksdb.compression" {
+            return Some(compression_name(&String::from_utf8_lossy(value)));
+        }
+    }
+    None
+}
+
+/// `Snappy` as is; `BuiltinV2;01;` (RocksDB 9+: the compression types the
+/// file's blocks use, in hex) as names.
+fn compression_name(v: &str) -> String {
+    let Some((_, types)) = v.split_once(';') else {
+        return v.to_string();
+    };
+    let names: Vec<&str> = types
+        .trim_end_matches(';')
+        .as_bytes()
+        .chunks(2)
+        .filter_map(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok())
+        .map(|t| match t {
+            0 => "NoCompression",
+            1 => "Snappy",
+            2 => "Zlib",
+            3 => "BZip2",
+            4 => "LZ4",
+            5 => "LZ4HC",
+            6 => "Xpress",
+            7 => "ZSTD",
+            _ => "unknown",
+        })
+        .collect();
+    if names.is_empty() {
+        v.to_string()
+    } else {
+        names.join("+")
+    }
+}
+
+fn varint(b: &[u8], pos: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *b.get(*pos)?;
+        *pos += 1;
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte < 0x80 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The newest `OPTIONS-*` file of `dir`, flattened to `section.option`.
+pub fn read_options(dir: &Path) -> (Option<String>, BTreeMap<String, String>) {
+    let newest = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("OPTIONS-"))
+        .filter(|e| !e.file_name().to_string_lossy().ends_with(".dbtmp"))
+        .max_by_key(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .trim_start_matches("OPTIONS-")
+                .parse::<u64>()
+                .unwrap_or(0)
+        });
+    let Some(file) = newest else {
+        return (None, BTreeMap::new());
+    };
+    let text = std::fs::read_to_string(file.path()).unwrap_or_default();
+    let mut section = String::new();
+    let mut out = BTreeMap::new();
+    let mut version = None;
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if line.starts_with('[') {
+            section = line.trim_matches(|c| c == '[' || c == ']').to_string();
+            continue;
+        }
+        if let Some((k, v)) = line.split_once('=') {
+            let (k, v) = (k.trim(), v.trim());
+            if k == "rocksdb_version" {
+                version = Some(v.to_string());
+            }
+            out.insert(format!("{section}.{k}"), v.to_string());
+        }
+    }
+    (version, out)
+}
+
+/// Options that differ between two inspections: (option, before, after).
+pub fn options_diff(
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
+) -> Vec<(String, Option<String>, Option<String>)> {
+    let mut keys: Vec<&String> = before.keys().chain(after.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| before.get(*k) != after.get(*k))
+        .map(|k| (k.clone(), before.get(k).cloned(), after.get(k).cloned()))
+        .collect()
+}
+
+/// Inspects the database in `dir` (its node stopped). With a ledger, every
+/// key the ledger knows is judged as `soak-node` stores it: the RESP key
+/// as the RocksDB key of the default column family, the value as is.
+pub fn inspect(dir: &Path, ledger: Option<&Ledger>) -> Result<Inspection, String> {
+    let mut out = Inspection {
+        size_bytes: crate::telemetry::disk_usage(dir),
+        ..Inspection::default()
+    };
+    (out.rocksdb_version, out.options) = read_options(dir);
+    let opts = Options::default();
+    let cfs = DB::list_cf(&opts, dir)
+        .map_err(|e| format!("{}: not a RocksDB database: {e}", dir.display()))?;
+    let db = DB::open_cf_for_read_only(&opts, dir, &cfs, false)
+        .map_err(|e| format!("cannot open {} read-only: {e}", dir.display()))?;
+    out.column_families = cfs.clone();
+
+    // Every block of every live SST file, against its checksum.
+    let mut err: *mut libc::c_char = std::ptr::null_mut();
+    unsafe {
+        librocksdb_sys::rocksdb_verify_checksum(db.as_raw_ptr(), &mut err);
+        if !err.is_null() {
+            out.corruption = Some(std::ffi::CStr::from_ptr(err).to_string_lossy().into_owned());
+            librocksdb_sys::rocksdb_free(err as *mut libc::c_void);
+        }
+    }
+
+    for f in db.live_files().map_err(|e| e.to_string())? {
+        let compression = sst_compression(&dir.join(f.name.trim_start_matches('/')))
+            .unwrap_or_else(|| "unknown".into());
+        for g in [
+            out.levels.entry(format!("L{}", f.level)).or_default(),
+            out.compression.entry(compression).or_default(),
+        ] {
+            g.files += 1;
+            g.bytes += f.size as u64;
+            g.entries += f.num_entries;
+        }
+    }
+
+    let mut seen = ledger.map(|l| vec![false; l.keys()]);
+    let mut found = Integrity::default();
+    for cf_name in &cfs {
+        let cf = db
+            .cf_handle(cf_name)
+            .ok_or_else(|| format!("column family {cf_name} vanished"))?;
+        let mut ro = ReadOptions::default();
+        ro.set_verify_checksums(true);
+        ro.fill_cache(false);
+        let mut it = db.raw_iterator_cf_opt(&cf, ro);
+        it.seek_to_first();
+        let mut n = 0u64;
+        while it.valid() {
+            n += 1;
+            if let (Some(l), Some(seen), "default") = (ledger, seen.as_mut(), cf_name.as_str()) {
+                if let Some(k) = it
+                    .key()
+                    .and_then(|k| k.strip_prefix(b"soak:"))
+                    .and_then(|k| std::str::from_utf8(k).ok())
+                    .and_then(|k| k.parse::<usize>().ok())
+                    .filter(|k| *k < l.keys())
+                {
+                    seen[k] = true;
+                    tally(&mut found, l.judge(k, l.decode(k, it.value())));
+                }
+            }
+            it.next();
+        }
+        if let Err(e) = it.status() {
+            out.corruption.get_or_insert_with(|| e.to_string());
+        }
+        out.keys.insert(cf_name.clone(), n);
+    }
+    if let (Some(l), Some(seen)) = (ledger, seen) {
+        for (k, s) in seen.iter().enumerate() {
+            if !s {
+                tally(&mut found, l.judge(k, l.decode(k, None)));
+            }
+        }
+        out.integrity = Some(found);
+    }
+    Ok(out)
+}
+
+fn tally(i: &mut Integrity, v: KeyVerdict) {
+    match v {
+        KeyVerdict::Ok => i.verified += 1,
+        KeyVerdict::InDoubt => i.in_doubt += 1,
+        KeyVerdict::Lost => i.lost += 1,
+        KeyVerdict::Corrupted => i.corrupted += 1,
+        KeyVerdict::Resurrected => i.resurrected += 1,
+        KeyVerdict::Untouched => {}
+    }
+}
