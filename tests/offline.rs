@@ -103,3 +103,102 @@ fn a_flipped_byte_in_an_sst_data_block_is_reported_with_its_file() {
     assert!(c.contains(&name), "{c}");
     assert!(c.to_lowercase().contains("corruption"), "{c}");
 }
+
+/// `ldb` of Debian's RocksDB 7.8 (rocksdb-tools) on `dir`.
+fn ldb(dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> std::process::Output {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("ldb")
+        .arg(format!("--db={}", dir.display()))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(b) = stdin {
+        input.write_all(b).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_written_by_rocksdb_7_8_is_served_by_soak_node_and_the_downgrade_is_refused() {
+    common::require_tool("ldb", "rocksdb-tools");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path();
+    // Written by Debian's RocksDB 7.8: every key through `ldb load`, then
+    // compacted into SST files.
+    let ledger = Ledger::new(KEYS, (100, 300), 1.0, 0.0, 11);
+    let mut lines = Vec::new();
+    for k in 0..KEYS {
+        let v = ledger.next_set_version(k);
+        lines.extend_from_slice(Ledger::key_name(k).as_bytes());
+        lines.extend_from_slice(b" ==> ");
+        lines.extend_from_slice(&ledger.value(k, v));
+        lines.push(b'\n');
+        ledger.ack(k, v);
+    }
+    let load = ldb(db, &["--create_if_missing", "load"], Some(&lines));
+    assert!(load.status.success(), "{load:?}");
+    assert!(ldb(db, &["compact"], None).status.success());
+
+    // Read offline by soak's RocksDB 11.8: all there, written by 7.8.
+    let before = offline::inspect(db, Some(&ledger)).unwrap();
+    assert_eq!(before.rocksdb_version.as_deref(), Some("7.8.3"));
+    assert_eq!(before.corruption, None);
+    let found = before.integrity.unwrap();
+    assert_eq!((found.verified, found.lost), (KEYS as u64, 0), "{found:?}");
+    assert!(
+        before.compression.keys().all(|c| c != "unknown"),
+        "{:?}",
+        before.compression
+    );
+
+    // Opened and served by soak-node (RocksDB 11.8), read back over RESP.
+    let node = Node::start(db, &[], &[]);
+    let online = soak::verify::online(
+        &node.resp,
+        &ledger,
+        std::time::Duration::from_secs(5),
+        |_, _| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (online.verified, online.lost, online.corrupted),
+        (KEYS as u64, 0, 0)
+    );
+    // New writes by 11.8: flushed at the stop into an SST of its format.
+    let client = redis::Client::open(node.url()).unwrap();
+    let mut con = client.get_connection().unwrap();
+    redis::cmd("SET")
+        .arg("after:upgrade")
+        .arg("x")
+        .query::<()>(&mut con)
+        .unwrap();
+    drop(con);
+    assert!(node.sigterm().success());
+    let after = offline::inspect(db, None).unwrap();
+    assert!(after.rocksdb_version.as_deref().unwrap().starts_with("11."));
+    let changed = offline::options_diff(&before.options, &after.options);
+    assert!(
+        changed
+            .iter()
+            .any(|(k, _, _)| k == "Version.rocksdb_version"),
+        "{changed:?}"
+    );
+
+    // The downgrade: 7.8 refuses the database once 11.8 wrote to it, and
+    // says why (before any new write, 7.8 still read it all).
+    let back = ldb(db, &["--ignore_unknown_options", "scan"], None);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&back.stdout),
+        String::from_utf8_lossy(&back.stderr)
+    );
+    assert!(!back.status.success(), "{said}");
+    assert!(said.contains("unsupported format_version"), "{said}");
+}
