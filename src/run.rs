@@ -224,6 +224,8 @@ fn error_cell(cell: &CellDef, e: &RunError) -> CellResult {
         chaos: vec![],
         execs: vec![],
         upgrades: vec![],
+        #[cfg(feature = "node")]
+        offline: vec![],
     }
 }
 
@@ -546,6 +548,8 @@ async fn run_cell(
     let execs = std::mem::take(&mut cell.execs);
     let chaos = std::mem::take(&mut cell.chaos);
     let upgrades = std::mem::take(&mut cell.upgrades);
+    #[cfg(feature = "node")]
+    let offline = std::mem::take(&mut cell.offline);
     let integrity_found = cell.integrity;
     drop(cell);
     let samples = sampler.stop().await;
@@ -698,6 +702,8 @@ async fn run_cell(
                 .collect(),
             execs: exec_results,
             upgrades,
+            #[cfg(feature = "node")]
+            offline,
         },
         chart,
     ))

@@ -841,7 +841,7 @@ fn an_upgrade_is_verified_and_a_refused_downgrade_is_reported_with_its_reason() 
         .map(|p| p["disk_bytes"].as_f64().unwrap())
         .filter(|b| *b > 0.0)
         .collect();
-    assert_eq!(sizes.len(), 6, "{}", cell["phases"]);
+    assert_eq!(sizes.len(), 8, "{}", cell["phases"]);
     let check = cell["checks"]
         .as_array()
         .unwrap()
@@ -850,7 +850,36 @@ fn an_upgrade_is_verified_and_a_refused_downgrade_is_reported_with_its_reason() 
         .unwrap();
     let growth = check["value"].as_f64().unwrap();
     assert!(
-        (growth - sizes[5] / sizes[0]).abs() < 0.001,
+        (growth - sizes[7] / sizes[0]).abs() < 0.001,
         "{check} {sizes:?}"
     );
+    // Before the upgrade, soak read the stopped node's data: Snappy SSTs,
+    // every checksum verified; options that changed are listed.
+    let before = &ups[0]["before"];
+    assert!(before["corruption"].is_null(), "{before}");
+    assert!(
+        before["compression"]["Snappy"]["files"].as_u64().unwrap() >= 1,
+        "{before}"
+    );
+    let changed = ups[0]["options_changed"].as_array().unwrap();
+    assert!(
+        changed
+            .iter()
+            .any(|c| c[0].as_str().unwrap().ends_with(".compression") && c[2] == "kLZ4Compression"),
+        "{changed:?}"
+    );
+    // At the end, offline: every key as expected, Snappy and LZ4 files.
+    let off = &cell["offline"][0]["inspection"];
+    assert!(off["corruption"].is_null(), "{off}");
+    assert_eq!(off["integrity"]["lost"], 0, "{off}");
+    assert!(
+        off["integrity"]["verified"].as_u64().unwrap() > 1000,
+        "{off}"
+    );
+    for c in ["Snappy", "LZ4"] {
+        assert!(
+            off["compression"][c]["files"].as_u64().unwrap() >= 1,
+            "{off}"
+        );
+    }
 }

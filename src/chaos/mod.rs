@@ -126,6 +126,22 @@ pub struct UpgradeRecord {
     pub ready_after_ms: Option<u64>,
     /// The read-back after it.
     pub integrity: Option<Integrity>,
+    /// The data directory before the swap (the node stopped: checksums
+    /// verified) and after it (the new version running: statistics only).
+    #[cfg(feature = "node")]
+    pub before: Option<crate::verify::offline::Inspection>,
+    #[cfg(feature = "node")]
+    pub after: Option<crate::verify::offline::Inspection>,
+    /// RocksDB options that differ between the two (option, before, after).
+    pub options_changed: Vec<(String, Option<String>, Option<String>)>,
+}
+
+/// One `verify: offline`.
+#[cfg(feature = "node")]
+#[derive(Debug, Clone, Serialize)]
+pub struct OfflineRecord {
+    pub at_s: f64,
+    pub inspection: crate::verify::offline::Inspection,
 }
 
 /// The outcome of one `exec` phase, for its check.
@@ -162,6 +178,8 @@ pub struct Cell<'a> {
     /// Chaos actions as planned and done: (phase seed, offset, action).
     pub chaos: Vec<(u64, schedule::Planned)>,
     pub upgrades: Vec<UpgradeRecord>,
+    #[cfg(feature = "node")]
+    pub offline: Vec<OfflineRecord>,
     /// The version the node runs (or ran last).
     pub version: String,
     /// Why the node is down, when soak took it down (for the next restart).
@@ -196,6 +214,8 @@ impl<'a> Cell<'a> {
             execs: vec![],
             chaos: vec![],
             upgrades: vec![],
+            #[cfg(feature = "node")]
+            offline: vec![],
             version: BASE_VERSION.into(),
             down_reason: None,
             phase_counter: 0,
@@ -507,6 +527,81 @@ impl<'a> Cell<'a> {
         Ok(text)
     }
 
+    /// The data directory inspected offline (see `verify::offline`), when
+    /// it holds a RocksDB database; `running`: statistics only, no
+    /// checksum verification under a live node's compactions.
+    #[cfg(feature = "node")]
+    async fn inspect(&mut self, running: bool) -> Option<crate::verify::offline::Inspection> {
+        let dir = self.target.data_dir.clone()?;
+        if !dir.join("CURRENT").exists() {
+            return None;
+        }
+        let r = tokio::task::spawn_blocking(move || {
+            crate::verify::offline::inspect_with(&dir, None, !running)
+        })
+        .await
+        .ok()?;
+        match r {
+            Ok(i) => Some(i),
+            Err(e) => {
+                self.events.emit("inspect", e);
+                None
+            }
+        }
+    }
+
+    /// `verify: offline`: the node is stopped; its data directory is read
+    /// with soak's RocksDB and judged against the ledger.
+    #[cfg(feature = "node")]
+    async fn verify_offline(&mut self) -> Result<String, CellError> {
+        self.pause_load().await;
+        let dir = self
+            .target
+            .data_dir
+            .clone()
+            .ok_or_else(|| CellError::Setup("no data directory".into()))?;
+        let ledger = self.engine.as_deref().map(|e| e.ledger.clone());
+        self.events
+            .emit("verify", "offline: reading the data directory with RocksDB");
+        let at_s = self.events.t();
+        let inspection = tokio::task::spawn_blocking(move || {
+            crate::verify::offline::inspect(&dir, ledger.as_deref())
+        })
+        .await
+        .map_err(|e| CellError::Setup(e.to_string()))?
+        .map_err(CellError::Setup)?;
+        let mut found = inspection.integrity.unwrap_or_default();
+        if let Some(c) = &inspection.corruption {
+            self.events.emit("corruption", c.clone());
+            found.corrupted += 1;
+        }
+        self.integrity.add(&found);
+        let compression: Vec<String> = inspection
+            .compression
+            .iter()
+            .map(|(c, g)| format!("{c} {} in {} files", crate::units::Bytes(g.bytes), g.files))
+            .collect();
+        let text = format!(
+            "{} as expected, {} lost, {} corrupted, {} in doubt; {}; SSTs {}",
+            found.verified,
+            found.lost,
+            found.corrupted,
+            found.in_doubt,
+            inspection
+                .corruption
+                .as_deref()
+                .unwrap_or("checksums verified"),
+            if compression.is_empty() {
+                "none".to_string()
+            } else {
+                compression.join(", ")
+            }
+        );
+        self.events.emit("verified", text.clone());
+        self.offline.push(OfflineRecord { at_s, inspection });
+        Ok(text)
+    }
+
     /// Points the node at a version's argv and environment, and rewrites
     /// `node.json` so that `soak verify` starts this version.
     fn use_version(&mut self, name: &str) -> Result<(), CellError> {
@@ -557,6 +652,11 @@ impl<'a> Cell<'a> {
             reason: None,
             ready_after_ms: None,
             integrity: None,
+            #[cfg(feature = "node")]
+            before: self.inspect(false).await,
+            #[cfg(feature = "node")]
+            after: None,
+            options_changed: vec![],
         };
         match self.node.start().await {
             Ok(ready) => {
@@ -605,6 +705,17 @@ impl<'a> Cell<'a> {
         found.resurrected -= before.resurrected;
         if self.engine.is_some() {
             record.integrity = Some(found);
+        }
+        #[cfg(feature = "node")]
+        {
+            record.after = self.inspect(true).await;
+            if let (Some(b), Some(a)) = (&record.before, &record.after) {
+                record.options_changed =
+                    crate::verify::offline::options_diff(&b.options, &a.options)
+                        .into_iter()
+                        .filter(|(k, _, _)| !k.starts_with("Version.options_file_version"))
+                        .collect();
+            }
         }
         let outcome = match record.outcome {
             "refused" => format!(
@@ -732,6 +843,12 @@ impl<'a> Cell<'a> {
                 Ok(format!("memory limit {}", crate::units::Bytes(size.0)))
             }
             Phase::Verify => self.verify().await,
+            #[cfg(feature = "node")]
+            Phase::VerifyOffline => self.verify_offline().await,
+            #[cfg(not(feature = "node"))]
+            Phase::VerifyOffline => Err(CellError::Setup(
+                "`verify: offline` needs soak built with its `node` feature (RocksDB)".into(),
+            )),
             Phase::Repeat { times, phases } => {
                 for i in 0..*times {
                     self.events.emit("repeat", format!("{}/{times}", i + 1));

@@ -261,6 +261,84 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
         }
         writeln!(w)?;
     }
+    #[cfg(feature = "node")]
+    {
+        let groups = |i: &crate::verify::offline::Inspection| {
+            let v: Vec<String> = i
+                .compression
+                .iter()
+                .map(|(c, g)| format!("{c} {} ({} files)", Bytes(g.bytes), g.files))
+                .collect();
+            if v.is_empty() {
+                "no SST files".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
+        for u in &c.upgrades {
+            if let (Some(b), Some(a)) = (&u.before, &u.after) {
+                writeln!(
+                    w,
+                    "**{} {} -> {}, the data directory:** before (RocksDB {}, {}): {}; {}. After (RocksDB {}, {}): {}.",
+                    u.kind,
+                    u.from,
+                    u.to,
+                    b.rocksdb_version.as_deref().unwrap_or("?"),
+                    Bytes(b.size_bytes),
+                    groups(b),
+                    b.corruption.as_deref().unwrap_or("every block's checksum verified"),
+                    a.rocksdb_version.as_deref().unwrap_or("?"),
+                    Bytes(a.size_bytes),
+                    groups(a),
+                )?;
+                if !u.options_changed.is_empty() {
+                    let shown: Vec<String> = u
+                        .options_changed
+                        .iter()
+                        .take(12)
+                        .map(|(k, x, y)| {
+                            format!(
+                                "`{k}` {} -> {}",
+                                x.as_deref().unwrap_or("(none)"),
+                                y.as_deref().unwrap_or("(none)")
+                            )
+                        })
+                        .collect();
+                    writeln!(
+                        w,
+                        " Options changed ({}): {}{}.",
+                        u.options_changed.len(),
+                        shown.join("; "),
+                        if u.options_changed.len() > 12 {
+                            "; ..."
+                        } else {
+                            ""
+                        }
+                    )?;
+                }
+                writeln!(w)?;
+            }
+        }
+        for o in &c.offline {
+            let i = &o.inspection;
+            let levels: Vec<String> = i
+                .levels
+                .iter()
+                .map(|(l, g)| format!("{l} {} files {}", g.files, Bytes(g.bytes)))
+                .collect();
+            writeln!(
+                w,
+                "**Offline verification at {:.1} s** (RocksDB {} wrote it; {}): {}; keys {:?}; SSTs {}; by level: {}.\n",
+                o.at_s,
+                i.rocksdb_version.as_deref().unwrap_or("?"),
+                Bytes(i.size_bytes),
+                i.corruption.as_deref().unwrap_or("every block's checksum verified"),
+                i.keys,
+                groups(i),
+                levels.join(", ")
+            )?;
+        }
+    }
     let loaded: Vec<_> = c
         .phases
         .iter()

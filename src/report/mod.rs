@@ -80,6 +80,9 @@ pub struct CellResult {
     pub execs: Vec<crate::chaos::ExecResult>,
     /// Upgrades and downgrades, each with its outcome and read-back.
     pub upgrades: Vec<crate::chaos::UpgradeRecord>,
+    /// `verify: offline` phases: the data directory read with RocksDB.
+    #[cfg(feature = "node")]
+    pub offline: Vec<crate::chaos::OfflineRecord>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -198,7 +198,10 @@ impl Checks {
         let mut out = vec![];
         // An upgrade or a downgrade reads back too.
         let verifies = has_phase(&s.phases, &|p| {
-            matches!(p, Phase::Verify | Phase::Upgrade(_) | Phase::Downgrade(_))
+            matches!(
+                p,
+                Phase::Verify | Phase::VerifyOffline | Phase::Upgrade(_) | Phase::Downgrade(_)
+            )
         });
         for (name, set) in [
             ("lost_writes", self.lost_writes.is_some()),

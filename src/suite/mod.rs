@@ -428,7 +428,10 @@ impl Suite {
         for (i, p) in phases.iter().enumerate() {
             let path = format!("{at}[{i}]");
             let word = p.word();
-            let needs_load = matches!(p, Phase::Load | Phase::Run(_) | Phase::Verify);
+            let needs_load = matches!(
+                p,
+                Phase::Load | Phase::Run(_) | Phase::Verify | Phase::VerifyOffline
+            );
             let needs_running = matches!(
                 p,
                 Phase::Load
@@ -461,6 +464,10 @@ impl Suite {
                     "`limit` changes the memory limit, and there is none: set `limits.memory` first".into(),
                 )),
                 Phase::Exec(e) if e.command.is_empty() => out.push((path, "the command is empty".into())),
+                Phase::VerifyOffline if *running => out.push((
+                    path,
+                    "`verify: offline` opens the node's data directory, and the node is running here: add `- stop` before it".into(),
+                )),
                 Phase::Upgrade(v) | Phase::Downgrade(v)
                     if v != crate::chaos::BASE_VERSION && !self.versions.contains_key(v) =>
                 {

@@ -55,6 +55,10 @@ pub enum Phase {
     Limit(Size),
     /// Read back every key the ledger knows and classify it.
     Verify,
+    /// With the node stopped: open its RocksDB data directory read-only,
+    /// verify every block's checksum, judge every key against the ledger,
+    /// and count the SSTs by level and compression.
+    VerifyOffline,
     /// Run these phases this many times.
     Repeat { times: u64, phases: Vec<Phase> },
     /// Random kills, pauses and restarts under load, from a seed.
@@ -355,12 +359,15 @@ impl<'de> Deserialize<'de> for Phase {
                     }
                     "verify" => {
                         let what: String = map.next_value()?;
-                        if what != "acknowledged-writes" {
-                            return Err(de::Error::custom(format!(
-                                "`verify: {what}`: the only verification is `acknowledged-writes` (or a bare `- verify`)"
-                            )));
+                        match what.as_str() {
+                            "acknowledged-writes" | "online" => Phase::Verify,
+                            "offline" => Phase::VerifyOffline,
+                            _ => {
+                                return Err(de::Error::custom(format!(
+                                    "`verify: {what}`: write `- verify` (through the node), or `- verify: offline` (its RocksDB data directory, the node stopped)"
+                                )))
+                            }
                         }
-                        Phase::Verify
                     }
                     "start" | "stop" | "restart" => {
                         return Err(de::Error::custom(format!(
@@ -394,7 +401,7 @@ impl Phase {
             Phase::Wait(_) => "wait",
             Phase::Exec(_) => "exec",
             Phase::Limit(_) => "limit",
-            Phase::Verify => "verify",
+            Phase::Verify | Phase::VerifyOffline => "verify",
             Phase::Repeat { .. } => "repeat",
             Phase::Chaos(_) => "chaos",
             Phase::Upgrade(_) => "upgrade",
@@ -414,6 +421,7 @@ impl fmt::Display for Phase {
             Phase::Exec(e) => write!(f, "exec {}", e.command.join(" ")),
             Phase::Limit(s) => write!(f, "limit {}", crate::units::Bytes(s.0)),
             Phase::Upgrade(v) | Phase::Downgrade(v) => write!(f, "{} to {v}", self.word()),
+            Phase::VerifyOffline => f.write_str("verify offline"),
             Phase::Repeat { times, phases } => {
                 write!(f, "repeat {times}x ({} phases)", phases.len())
             }

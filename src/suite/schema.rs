@@ -154,7 +154,7 @@ manual!(Phase, "Phase", |g| {
               "properties": {
                 "run": dur, "pause": dur, "wait": dur, "kill": sig, "limit": size,
                 "load": { "const": "all" },
-                "verify": { "const": "acknowledged-writes" },
+                "verify": { "enum": ["acknowledged-writes", "online", "offline"] },
                 "upgrade": { "type": "string", "description": "a name under `versions:`" },
                 "downgrade": { "type": "string", "description": "a name under `versions:`" },
                 "exec": { "anyOf": [argv, { "type": "object", "additionalProperties": false, "required": ["command"],

@@ -37,6 +37,7 @@ pub struct Inspection {
     /// The version that wrote the newest OPTIONS file.
     pub rocksdb_version: Option<String>,
     /// The newest OPTIONS file, flattened to `section.option = value`.
+    #[serde(skip)]
     pub options: BTreeMap<String, String>,
     /// The ledger's verdict on the contents, where one was given.
     pub integrity: Option<Integrity>,
@@ -189,6 +190,17 @@ pub fn options_diff(
 /// key the ledger knows is judged as `soak-node` stores it: the RESP key
 /// as the RocksDB key of the default column family, the value as is.
 pub fn inspect(dir: &Path, ledger: Option<&Ledger>) -> Result<Inspection, String> {
+    inspect_with(dir, ledger, true)
+}
+
+/// [`inspect`], with the checksum verification optional: a database whose
+/// node runs can be opened read-only for its statistics, but compactions
+/// delete files under a verification.
+pub fn inspect_with(
+    dir: &Path,
+    ledger: Option<&Ledger>,
+    checksums: bool,
+) -> Result<Inspection, String> {
     let mut out = Inspection {
         size_bytes: crate::telemetry::disk_usage(dir),
         ..Inspection::default()
@@ -203,11 +215,13 @@ pub fn inspect(dir: &Path, ledger: Option<&Ledger>) -> Result<Inspection, String
 
     // Every block of every live SST file, against its checksum.
     let mut err: *mut libc::c_char = std::ptr::null_mut();
-    unsafe {
-        librocksdb_sys::rocksdb_verify_checksum(db.as_raw_ptr(), &mut err);
-        if !err.is_null() {
-            out.corruption = Some(std::ffi::CStr::from_ptr(err).to_string_lossy().into_owned());
-            librocksdb_sys::rocksdb_free(err as *mut libc::c_void);
+    if checksums {
+        unsafe {
+            librocksdb_sys::rocksdb_verify_checksum(db.as_raw_ptr(), &mut err);
+            if !err.is_null() {
+                out.corruption = Some(std::ffi::CStr::from_ptr(err).to_string_lossy().into_owned());
+                librocksdb_sys::rocksdb_free(err as *mut libc::c_void);
+            }
         }
     }
 
@@ -231,7 +245,7 @@ pub fn inspect(dir: &Path, ledger: Option<&Ledger>) -> Result<Inspection, String
             .cf_handle(cf_name)
             .ok_or_else(|| format!("column family {cf_name} vanished"))?;
         let mut ro = ReadOptions::default();
-        ro.set_verify_checksums(true);
+        ro.set_verify_checksums(checksums);
         ro.fill_cache(false);
         let mut it = db.raw_iterator_cf_opt(&cf, ro);
         it.seek_to_first();
