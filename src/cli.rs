@@ -41,6 +41,20 @@ enum Command {
         #[arg(long)]
         target: Option<String>,
     },
+    /// Read a stopped node's RocksDB data directory: checksums of every
+    /// block, keys per column family, SSTs by level and by compression, the
+    /// RocksDB version that wrote it; with --ledger, every key judged.
+    #[cfg(feature = "node")]
+    Inspect {
+        /// The RocksDB data directory (the node must be stopped).
+        data_dir: PathBuf,
+        /// A cell's ledger.bin, to judge soak-node's keys against.
+        #[arg(long)]
+        ledger: Option<PathBuf>,
+        /// Print the inspection as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the JSON Schema of suites (for editors: see the README).
     Schema,
     /// Remove what interrupted runs left: processes and cgroups labelled by soak.
@@ -117,6 +131,73 @@ pub fn main() -> i32 {
         }
         Command::Run(opts) => run_command(opts),
         Command::Verify { cell, target } => verify_command(&cell, target),
+        #[cfg(feature = "node")]
+        Command::Inspect {
+            data_dir,
+            ledger,
+            json,
+        } => inspect_command(&data_dir, ledger.as_deref(), json),
+    }
+}
+
+#[cfg(feature = "node")]
+fn inspect_command(dir: &std::path::Path, ledger: Option<&std::path::Path>, json: bool) -> i32 {
+    use crate::units::Bytes;
+    let ledger = match ledger.map(crate::workload::Ledger::load).transpose() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::INVALID;
+        }
+    };
+    let i = match crate::verify::offline::inspect(dir, ledger.as_ref()) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::INVALID;
+        }
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&i).unwrap_or_default());
+    } else {
+        println!(
+            "{}: {} on disk, written by RocksDB {}",
+            dir.display(),
+            Bytes(i.size_bytes),
+            i.rocksdb_version.as_deref().unwrap_or("?")
+        );
+        println!(
+            "checksums: {} ({:.2} s)",
+            i.corruption.as_deref().unwrap_or("every block verified"),
+            i.checksum_s
+        );
+        for (cf, n) in &i.keys {
+            println!("keys in {cf}: {n} ({:.2} s)", i.scan_s);
+        }
+        for (what, groups) in [("level", &i.levels), ("compression", &i.compression)] {
+            for (k, g) in groups {
+                println!(
+                    "SSTs at {what} {k}: {} files, {}, {} entries",
+                    g.files,
+                    Bytes(g.bytes),
+                    g.entries
+                );
+            }
+        }
+        if let Some(f) = &i.integrity {
+            println!(
+                "ledger: {} as expected, {} lost, {} corrupted, {} in doubt, {} resurrected",
+                f.verified, f.lost, f.corrupted, f.in_doubt, f.resurrected
+            );
+        }
+    }
+    let bad = i.corruption.is_some()
+        || i.integrity
+            .is_some_and(|f| f.lost + f.corrupted + f.resurrected > 0);
+    if bad {
+        exit::CHECK_FAILED
+    } else {
+        exit::PASS
     }
 }
 

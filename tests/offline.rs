@@ -43,6 +43,26 @@ fn a_clean_database_passes_with_every_key_and_its_sst_statistics() {
     let ledger = written(dir.path());
     let i = offline::inspect(dir.path(), Some(&ledger)).unwrap();
     assert_eq!(i.corruption, None);
+    // The same from the command line, with the ledger a run saves.
+    let saved = dir.path().join("..").join(format!(
+        "ledger-{}.bin",
+        dir.path().file_name().unwrap().to_string_lossy()
+    ));
+    ledger.save(&saved, true).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_soak"))
+        .arg("inspect")
+        .arg(dir.path())
+        .arg("--ledger")
+        .arg(&saved)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&saved);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(&format!("ledger: {KEYS} as expected, 0 lost")),
+        "{text}"
+    );
     assert_eq!(i.keys["default"], KEYS as u64);
     let found = i.integrity.unwrap();
     assert_eq!(
@@ -102,6 +122,14 @@ fn a_flipped_byte_in_an_sst_data_block_is_reported_with_its_file() {
     let name = sst.file_name().unwrap().to_string_lossy().into_owned();
     assert!(c.contains(&name), "{c}");
     assert!(c.to_lowercase().contains("corruption"), "{c}");
+    // `soak inspect` says the same and exits 1.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_soak"))
+        .arg("inspect")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&name));
 }
 
 /// `ldb` of Debian's RocksDB 7.8 (rocksdb-tools) on `dir`.

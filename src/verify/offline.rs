@@ -41,6 +41,9 @@ pub struct Inspection {
     pub options: BTreeMap<String, String>,
     /// The ledger's verdict on the contents, where one was given.
     pub integrity: Option<Integrity>,
+    /// Seconds spent verifying checksums, and scanning every key.
+    pub checksum_s: f64,
+    pub scan_s: f64,
 }
 
 /// The compression an SST file's table properties name: `Snappy`, `LZ4`,
@@ -85,7 +88,8 @@ pub fn sst_compression(path: &Path) -> Option<String> {
 }
 
 /// `Snappy` as is; `BuiltinV2;01;` (RocksDB 9+: the compression types the
-/// file's blocks use, in hex) as names.
+/// file's blocks use, in hex) as names; `BuiltinV2;;` (no block
+/// compressed) as `NoCompression`.
 fn compression_name(v: &str) -> String {
     let Some((_, types)) = v.split_once(';') else {
         return v.to_string();
@@ -108,7 +112,8 @@ fn compression_name(v: &str) -> String {
         })
         .collect();
     if names.is_empty() {
-        v.to_string()
+        // No block of the file was compressed.
+        "NoCompression".to_string()
     } else {
         names.join("+")
     }
@@ -215,6 +220,7 @@ pub fn inspect_with(
 
     // Every block of every live SST file, against its checksum.
     let mut err: *mut libc::c_char = std::ptr::null_mut();
+    let began = std::time::Instant::now();
     if checksums {
         unsafe {
             librocksdb_sys::rocksdb_verify_checksum(db.as_raw_ptr(), &mut err);
@@ -225,6 +231,7 @@ pub fn inspect_with(
         }
     }
 
+    out.checksum_s = began.elapsed().as_secs_f64();
     for f in db.live_files().map_err(|e| e.to_string())? {
         let compression = sst_compression(&dir.join(f.name.trim_start_matches('/')))
             .unwrap_or_else(|| "unknown".into());
@@ -238,6 +245,7 @@ pub fn inspect_with(
         }
     }
 
+    let began = std::time::Instant::now();
     let mut seen = ledger.map(|l| vec![false; l.keys()]);
     let mut found = Integrity::default();
     for cf_name in &cfs {
@@ -279,6 +287,7 @@ pub fn inspect_with(
         }
         out.integrity = Some(found);
     }
+    out.scan_s = began.elapsed().as_secs_f64();
     Ok(out)
 }
 
