@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use rocksdb::{AsRawPtr, Options, ReadOptions, DB};
 use serde::Serialize;
@@ -223,7 +224,12 @@ pub fn inspect_with(
     let began = std::time::Instant::now();
     if checksums {
         unsafe {
-            librocksdb_sys::rocksdb_verify_checksum(db.as_raw_ptr(), &mut err);
+            // Large reads, and nothing kept in the block cache.
+            let ro = librocksdb_sys::rocksdb_readoptions_create();
+            librocksdb_sys::rocksdb_readoptions_set_readahead_size(ro, 8 << 20);
+            librocksdb_sys::rocksdb_readoptions_set_fill_cache(ro, 0);
+            librocksdb_sys::rocksdb_verify_checksum_with_options(db.as_raw_ptr(), ro, &mut err);
+            librocksdb_sys::rocksdb_readoptions_destroy(ro);
             if !err.is_null() {
                 out.corruption = Some(std::ffi::CStr::from_ptr(err).to_string_lossy().into_owned());
                 librocksdb_sys::rocksdb_free(err as *mut libc::c_void);
@@ -246,42 +252,97 @@ pub fn inspect_with(
     }
 
     let began = std::time::Instant::now();
-    let mut seen = ledger.map(|l| vec![false; l.keys()]);
+    let seen: Option<Vec<AtomicBool>> =
+        ledger.map(|l| (0..l.keys()).map(|_| AtomicBool::new(false)).collect());
     let mut found = Integrity::default();
+    let live = db.live_files().map_err(|e| e.to_string())?;
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 8);
     for cf_name in &cfs {
         let cf = db
             .cf_handle(cf_name)
             .ok_or_else(|| format!("column family {cf_name} vanished"))?;
-        let mut ro = ReadOptions::default();
-        ro.set_verify_checksums(checksums);
-        ro.fill_cache(false);
-        let mut it = db.raw_iterator_cf_opt(&cf, ro);
-        it.seek_to_first();
-        let mut n = 0u64;
-        while it.valid() {
-            n += 1;
-            if let (Some(l), Some(seen), "default") = (ledger, seen.as_mut(), cf_name.as_str()) {
-                if let Some(k) = it
-                    .key()
-                    .and_then(|k| k.strip_prefix(b"soak:"))
-                    .and_then(|k| std::str::from_utf8(k).ok())
-                    .and_then(|k| k.parse::<usize>().ok())
-                    .filter(|k| *k < l.keys())
-                {
-                    seen[k] = true;
-                    tally(&mut found, l.judge(k, l.decode(k, it.value())));
-                }
-            }
-            it.next();
+        // The key space split at SST boundaries, one range per thread.
+        let mut starts: Vec<Vec<u8>> = live
+            .iter()
+            .filter(|f| &f.column_family_name == cf_name)
+            .filter_map(|f| f.start_key.clone())
+            .collect();
+        starts.sort();
+        starts.dedup();
+        let splits: Vec<Vec<u8>> = (1..threads)
+            .filter_map(|t| starts.get(t * starts.len() / threads).cloned())
+            .filter(|k| Some(k) != starts.first())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let mut bounds: Vec<KeyRange> = vec![];
+        let mut lower = None;
+        for s in &splits {
+            bounds.push((lower.clone(), Some(s.clone())));
+            lower = Some(s.clone());
         }
-        if let Err(e) = it.status() {
-            out.corruption.get_or_insert_with(|| e.to_string());
+        bounds.push((lower, None));
+        let judge_here = cf_name == "default";
+        let results: Vec<(u64, Integrity, Option<String>)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = bounds
+                .into_iter()
+                .map(|(lo, hi)| {
+                    let (db, cf, seen) = (&db, &cf, seen.as_ref());
+                    scope.spawn(move || {
+                        let mut ro = ReadOptions::default();
+                        ro.set_verify_checksums(checksums);
+                        ro.fill_cache(false);
+                        ro.set_readahead_size(4 << 20);
+                        if let Some(lo) = lo {
+                            ro.set_iterate_lower_bound(lo);
+                        }
+                        if let Some(hi) = hi {
+                            ro.set_iterate_upper_bound(hi);
+                        }
+                        let mut it = db.raw_iterator_cf_opt(cf, ro);
+                        it.seek_to_first();
+                        let (mut n, mut found) = (0u64, Integrity::default());
+                        while it.valid() {
+                            n += 1;
+                            if let (Some(l), Some(seen), true) = (ledger, seen, judge_here) {
+                                if let Some(k) = it
+                                    .key()
+                                    .and_then(|k| k.strip_prefix(b"soak:"))
+                                    .and_then(|k| std::str::from_utf8(k).ok())
+                                    .and_then(|k| k.parse::<usize>().ok())
+                                    .filter(|k| *k < l.keys())
+                                {
+                                    seen[k].store(true, Relaxed);
+                                    tally(&mut found, l.judge(k, l.decode(k, it.value())));
+                                }
+                            }
+                            it.next();
+                        }
+                        (n, found, it.status().err().map(|e| e.to_string()))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a scan thread"))
+                .collect()
+        });
+        let mut n = 0;
+        for (count, f, err) in results {
+            n += count;
+            found.add(&f);
+            if let Some(e) = err {
+                out.corruption.get_or_insert(e);
+            }
         }
         out.keys.insert(cf_name.clone(), n);
     }
     if let (Some(l), Some(seen)) = (ledger, seen) {
         for (k, s) in seen.iter().enumerate() {
-            if !s {
+            if !s.load(Relaxed) {
                 tally(&mut found, l.judge(k, l.decode(k, None)));
             }
         }
@@ -290,6 +351,9 @@ pub fn inspect_with(
     out.scan_s = began.elapsed().as_secs_f64();
     Ok(out)
 }
+
+/// A scan's lower (inclusive) and upper (exclusive) key, open where `None`.
+type KeyRange = (Option<Vec<u8>>, Option<Vec<u8>>);
 
 fn tally(i: &mut Integrity, v: KeyVerdict) {
     match v {
