@@ -81,8 +81,14 @@ pub fn describe(status: ExitStatus) -> String {
 
 /// The last `n` lines of a log file.
 pub fn tail(path: &std::path::Path, n: usize) -> String {
+    tail_from(path, 0, n)
+}
+
+/// The last `n` lines of a log file written after byte `from` (what this
+/// start of the node wrote, not its earlier incarnations).
+pub fn tail_from(path: &std::path::Path, from: u64, n: usize) -> String {
     let text = std::fs::read(path).unwrap_or_default();
-    let text = String::from_utf8_lossy(&text);
+    let text = String::from_utf8_lossy(text.get(from as usize..).unwrap_or_default());
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
@@ -197,6 +203,9 @@ impl ProcessNode {
     /// last lines go into the error.
     pub async fn start(&mut self) -> Result<Duration, DriverError> {
         let t0 = Instant::now();
+        let log_from = std::fs::metadata(&self.spec.log)
+            .map(|m| m.len())
+            .unwrap_or(0);
         self.spawn()?;
         let deadline = t0 + self.spec.ready_timeout;
         loop {
@@ -205,7 +214,7 @@ impl ProcessNode {
                 return Err(DriverError::ExitedBeforeReady {
                     status: describe(status),
                     log: self.spec.log.clone(),
-                    tail: tail(&self.spec.log, 20),
+                    tail: tail_from(&self.spec.log, log_from, 20),
                 });
             }
             if probe(&self.spec.probe).await {
@@ -217,7 +226,7 @@ impl ProcessNode {
                     timeout: self.spec.ready_timeout,
                     probe: format!("{:?}", self.spec.probe),
                     log: self.spec.log.clone(),
-                    tail: tail(&self.spec.log, 20),
+                    tail: tail_from(&self.spec.log, log_from, 20),
                 });
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
