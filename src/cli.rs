@@ -201,17 +201,19 @@ fn inspect_command(dir: &std::path::Path, ledger: Option<&std::path::Path>, json
     }
 }
 
-fn verify_command(cell: &std::path::Path, target: Option<String>) -> i32 {
-    use crate::verify::saved::{reverify, ReverifyError};
-    let rt = match tokio::runtime::Builder::new_multi_thread()
+/// The multi-threaded runtime of a command, or `None` (said on stderr).
+fn runtime() -> Option<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return exit::ENVIRONMENT;
-        }
+        .map_err(|e| eprintln!("error: cannot start the runtime: {e}"))
+        .ok()
+}
+
+fn verify_command(cell: &std::path::Path, target: Option<String>) -> i32 {
+    use crate::verify::saved::{reverify, ReverifyError};
+    let Some(rt) = runtime() else {
+        return exit::ENVIRONMENT;
     };
     match rt.block_on(reverify(cell, target)) {
         Ok(r) => {
@@ -249,15 +251,8 @@ fn verify_command(cell: &std::path::Path, target: Option<String>) -> i32 {
 }
 
 fn run_command(opts: RunOptions) -> i32 {
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return exit::ENVIRONMENT;
-        }
+    let Some(rt) = runtime() else {
+        return exit::ENVIRONMENT;
     };
     rt.block_on(async move {
         let (tx, rx) = tokio::sync::watch::channel(false);

@@ -78,6 +78,42 @@ fn soak_run(suite_file: &str, extra: &[&str]) -> Run {
     run
 }
 
+/// `soak run SUITE --out OUT` in the background.
+fn spawn_soak_run(
+    suite_file: &str,
+    out: &Path,
+    stderr: std::process::Stdio,
+) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_soak"))
+        .arg("run")
+        .arg(suite(suite_file))
+        .arg("--out")
+        .arg(out)
+        .env("SOAK_NODE", env!("CARGO_BIN_EXE_soak-node"))
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
+/// The first file named `name` under `dir` that `ready` accepts, within 30 s.
+fn wait_for_file(dir: &Path, name: &str, ready: impl Fn(&Path) -> bool) -> PathBuf {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Some(f) = walk(dir)
+            .into_iter()
+            .find(|p| p.ends_with(name) && ready(p))
+        {
+            return f;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {name} under {} within 30 s",
+            dir.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = vec![];
     if let Ok(rd) = std::fs::read_dir(dir) {
@@ -518,32 +554,15 @@ fn every_suite_in_suites_validates() {
 #[test]
 fn an_interrupted_run_still_reports_and_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_soak"))
-        .arg("run")
-        .arg(suite("suites/smoke.yaml"))
-        .arg("--out")
-        .arg(dir.path())
-        .env("SOAK_NODE", env!("CARGO_BIN_EXE_soak-node"))
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_soak_run(
+        "suites/smoke.yaml",
+        dir.path(),
+        std::process::Stdio::piped(),
+    );
     // Wait until the node is ready and under load.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let events = loop {
-        if let Some(e) = walk(dir.path())
-            .into_iter()
-            .find(|p| p.ends_with("events.jsonl"))
-        {
-            if std::fs::read_to_string(&e).unwrap().contains("\"phase\"") {
-                break e;
-            }
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the run never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
+    let events = wait_for_file(dir.path(), "events.jsonl", |e| {
+        std::fs::read_to_string(e).unwrap().contains("\"phase\"")
+    });
     std::thread::sleep(std::time::Duration::from_secs(1));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
@@ -696,26 +715,8 @@ fn an_exec_phase_keeps_its_output_and_reads_a_throughput_from_it() {
 /// verify` on the cell. Returns the verify output and the cell's folder.
 fn kill_soak_then_verify(suite_file: &str) -> (Output, PathBuf, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_soak"))
-        .arg("run")
-        .arg(suite(suite_file))
-        .arg("--out")
-        .arg(dir.path())
-        .env("SOAK_NODE", env!("CARGO_BIN_EXE_soak-node"))
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let ledger = loop {
-        if let Some(l) = walk(dir.path())
-            .into_iter()
-            .find(|p| p.ends_with("ledger.bin"))
-        {
-            break l;
-        }
-        assert!(std::time::Instant::now() < deadline, "no ledger was saved");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
+    let mut child = spawn_soak_run(suite_file, dir.path(), std::process::Stdio::null());
+    let ledger = wait_for_file(dir.path(), "ledger.bin", |_| true);
     // A few seconds of load and saves.
     std::thread::sleep(std::time::Duration::from_secs(5));
     child.kill().unwrap();
