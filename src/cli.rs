@@ -185,10 +185,7 @@ fn inspect_command(dir: &std::path::Path, ledger: Option<&std::path::Path>, json
             }
         }
         if let Some(f) = &i.integrity {
-            println!(
-                "ledger: {} as expected, {} lost, {} corrupted, {} in doubt, {} resurrected",
-                f.verified, f.lost, f.corrupted, f.in_doubt, f.resurrected
-            );
+            println!("ledger: {f}");
         }
     }
     let bad = i.corruption.is_some()
@@ -219,7 +216,7 @@ fn verify_command(cell: &std::path::Path, target: Option<String>) -> i32 {
         Ok(r) => {
             let i = r.integrity;
             println!(
-                "{}: {} keys known to the ledger{}; {} as expected, {} lost, {} corrupted, {} in doubt, {} resurrected",
+                "{}: {} keys known to the ledger{}; {i}",
                 cell.display(),
                 r.keys_known,
                 if r.stale_ledger {
@@ -227,11 +224,6 @@ fn verify_command(cell: &std::path::Path, target: Option<String>) -> i32 {
                 } else {
                     ""
                 },
-                i.verified,
-                i.lost,
-                i.corrupted,
-                i.in_doubt,
-                i.resurrected
             );
             if i.lost + i.corrupted + i.resurrected == 0 {
                 exit::PASS

@@ -397,10 +397,20 @@ impl<'a> Cell<'a> {
     }
 
     async fn verify(&mut self) -> Result<String, CellError> {
+        Ok(match self.read_back().await? {
+            Some(found) => found.to_string(),
+            None => "nothing to verify".into(),
+        })
+    }
+
+    /// Pauses the load and reads back every key the ledger knows; what was
+    /// found is added to the cell's integrity and returned (`None` without
+    /// a workload).
+    async fn read_back(&mut self) -> Result<Option<Integrity>, CellError> {
         self.pause_load().await;
         self.supervise().await?;
         let Some(engine) = self.engine.as_deref() else {
-            return Ok("nothing to verify".into());
+            return Ok(None);
         };
         self.events
             .emit("verify", "reading back every key the ledger knows");
@@ -431,12 +441,8 @@ impl<'a> Cell<'a> {
             }
         };
         self.integrity.add(&found);
-        let text = format!(
-            "{} as expected, {} lost, {} corrupted, {} in doubt, {} resurrected",
-            found.verified, found.lost, found.corrupted, found.in_doubt, found.resurrected
-        );
-        self.events.emit("verified", text.clone());
-        Ok(text)
+        self.events.emit("verified", found.to_string());
+        Ok(Some(found))
     }
 
     async fn exec(&mut self, e: &ExecSpec) -> Result<String, CellError> {
@@ -695,17 +701,9 @@ impl<'a> Cell<'a> {
             }
             Err(e) => return Err(e.into()),
         }
-        let before = self.integrity;
-        let text = self.verify().await;
-        let mut found = self.integrity;
-        found.verified -= before.verified;
-        found.lost -= before.lost;
-        found.corrupted -= before.corrupted;
-        found.in_doubt -= before.in_doubt;
-        found.resurrected -= before.resurrected;
-        if self.engine.is_some() {
-            record.integrity = Some(found);
-        }
+        let read = self.read_back().await;
+        record.integrity = read.as_ref().ok().copied().flatten();
+        let text = read.map(|found| found.map(|f| f.to_string()).unwrap_or_default());
         #[cfg(feature = "node")]
         {
             record.after = self.inspect(true).await;

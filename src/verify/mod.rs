@@ -32,7 +32,29 @@ pub struct Integrity {
     pub resurrected: u64,
 }
 
+impl std::fmt::Display for Integrity {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "{} as expected, {} lost, {} corrupted, {} in doubt, {} resurrected",
+            self.verified, self.lost, self.corrupted, self.in_doubt, self.resurrected
+        )
+    }
+}
+
 impl Integrity {
+    /// Counts one key's verdict.
+    pub fn count(&mut self, v: KeyVerdict) {
+        match v {
+            KeyVerdict::Ok => self.verified += 1,
+            KeyVerdict::InDoubt => self.in_doubt += 1,
+            KeyVerdict::Lost => self.lost += 1,
+            KeyVerdict::Corrupted => self.corrupted += 1,
+            KeyVerdict::Resurrected => self.resurrected += 1,
+            KeyVerdict::Untouched => {}
+        }
+    }
+
     pub fn add(&mut self, o: &Integrity) {
         self.verified += o.verified;
         self.lost += o.lost;
@@ -98,14 +120,7 @@ pub async fn online(
                 )));
             }
             for (k, v) in batch.iter().zip(values) {
-                match ledger.judge(*k, ledger.decode(*k, v.as_deref())) {
-                    KeyVerdict::Ok => out.verified += 1,
-                    KeyVerdict::InDoubt => out.in_doubt += 1,
-                    KeyVerdict::Lost => out.lost += 1,
-                    KeyVerdict::Corrupted => out.corrupted += 1,
-                    KeyVerdict::Resurrected => out.resurrected += 1,
-                    KeyVerdict::Untouched => {}
-                }
+                out.count(ledger.judge(*k, ledger.decode(*k, v.as_deref())));
             }
         }
         if last_report.elapsed() > Duration::from_secs(1) {

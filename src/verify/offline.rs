@@ -12,7 +12,7 @@ use rocksdb::{AsRawPtr, Options, ReadOptions, DB};
 use serde::Serialize;
 
 use super::Integrity;
-use crate::workload::ledger::{KeyVerdict, Ledger};
+use crate::workload::ledger::Ledger;
 
 /// SST files of one level, or of one compression.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
@@ -316,7 +316,7 @@ pub fn inspect_with(
                                     .filter(|k| *k < l.keys())
                                 {
                                     seen[k].store(true, Relaxed);
-                                    tally(&mut found, l.judge(k, l.decode(k, it.value())));
+                                    found.count(l.judge(k, l.decode(k, it.value())));
                                 }
                             }
                             it.next();
@@ -343,7 +343,7 @@ pub fn inspect_with(
     if let (Some(l), Some(seen)) = (ledger, seen) {
         for (k, s) in seen.iter().enumerate() {
             if !s.load(Relaxed) {
-                tally(&mut found, l.judge(k, l.decode(k, None)));
+                found.count(l.judge(k, l.decode(k, None)));
             }
         }
         out.integrity = Some(found);
@@ -354,14 +354,3 @@ pub fn inspect_with(
 
 /// A scan's lower (inclusive) and upper (exclusive) key, open where `None`.
 type KeyRange = (Option<Vec<u8>>, Option<Vec<u8>>);
-
-fn tally(i: &mut Integrity, v: KeyVerdict) {
-    match v {
-        KeyVerdict::Ok => i.verified += 1,
-        KeyVerdict::InDoubt => i.in_doubt += 1,
-        KeyVerdict::Lost => i.lost += 1,
-        KeyVerdict::Corrupted => i.corrupted += 1,
-        KeyVerdict::Resurrected => i.resurrected += 1,
-        KeyVerdict::Untouched => {}
-    }
-}
