@@ -54,21 +54,36 @@ pub struct Inspection {
 /// writes the name (`Snappy`); 9.x and later `BuiltinV2;04;`, the types
 /// used in hex, which are mapped back to names.
 pub fn sst_compression(path: &Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
     const META: &[u8] = b"rocksdb.properties";
-    let bytes = std::fs::read(path).ok()?;
-    let tail = bytes.len().saturating_sub(64 << 10);
-    let mut from = tail;
+    // Only the file's tail (metaindex, footer) and its properties block
+    // are read, not the data blocks before them.
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let tail_at = len.saturating_sub(64 << 10);
+    let mut tail = Vec::new();
+    file.seek(SeekFrom::Start(tail_at)).ok()?;
+    file.read_to_end(&mut tail).ok()?;
+    let mut from = 0;
     let (offset, size) = loop {
-        let at = from + find(&bytes[from..], META)?;
+        let at = from + find(&tail[from..], META)?;
         from = at + 1;
-        if at >= 3 && bytes[at - 3] == 0 && bytes[at - 2] == META.len() as u8 {
+        if at >= 3 && tail[at - 3] == 0 && tail[at - 2] == META.len() as u8 {
             let mut pos = at + META.len();
-            let offset = varint(&bytes, &mut pos)? as usize;
-            let size = varint(&bytes, &mut pos)? as usize;
+            let offset = varint(&tail, &mut pos)?;
+            let size = varint(&tail, &mut pos)? as usize;
             break (offset, size);
         }
     };
-    let block = bytes.get(offset..offset + size)?;
+    let mut block = vec![0; size];
+    match offset.checked_sub(tail_at) {
+        Some(at) => block.copy_from_slice(tail.get(at as usize..at as usize + size)?),
+        None => {
+            file.seek(SeekFrom::Start(offset)).ok()?;
+            file.read_exact(&mut block).ok()?;
+        }
+    }
+    let block = &block[..];
     let restarts = u32::from_le_bytes(block.get(size - 4..)?.try_into().ok()?) as usize;
     let end = size.checked_sub(4 + 4 * restarts)?;
     let (mut pos, mut key) = (0, Vec::new());
@@ -238,7 +253,8 @@ pub fn inspect_with(
     }
 
     out.checksum_s = began.elapsed().as_secs_f64();
-    for f in db.live_files().map_err(|e| e.to_string())? {
+    let live = db.live_files().map_err(|e| e.to_string())?;
+    for f in &live {
         let compression = sst_compression(&dir.join(f.name.trim_start_matches('/')))
             .unwrap_or_else(|| "unknown".into());
         for g in [
@@ -255,7 +271,6 @@ pub fn inspect_with(
     let seen: Option<Vec<AtomicBool>> =
         ledger.map(|l| (0..l.keys()).map(|_| AtomicBool::new(false)).collect());
     let mut found = Integrity::default();
-    let live = db.live_files().map_err(|e| e.to_string())?;
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
