@@ -291,30 +291,40 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
                     Bytes(a.size_bytes),
                     groups(a),
                 )?;
-                if !u.options_changed.is_empty() {
-                    let shown: Vec<String> = u
-                        .options_changed
+                // Values that differ first: options one version's file has
+                // and the other's lacks are mostly new defaults, named only.
+                let changed: Vec<String> = u
+                    .options_changed
+                    .iter()
+                    .filter_map(|(k, x, y)| {
+                        Some(format!("`{k}` {} -> {}", x.as_ref()?, y.as_ref()?))
+                    })
+                    .collect();
+                let only = |new: bool| -> Vec<String> {
+                    u.options_changed
                         .iter()
-                        .take(12)
-                        .map(|(k, x, y)| {
-                            format!(
-                                "`{k}` {} -> {}",
-                                x.as_deref().unwrap_or("(none)"),
-                                y.as_deref().unwrap_or("(none)")
-                            )
-                        })
-                        .collect();
-                    writeln!(
+                        .filter(|(_, x, y)| x.is_none() == new && y.is_none() != new)
+                        .map(|(k, _, _)| format!("`{k}`"))
+                        .collect()
+                };
+                if !changed.is_empty() {
+                    write!(
                         w,
-                        " Options changed ({}): {}{}.",
-                        u.options_changed.len(),
-                        shown.join("; "),
-                        if u.options_changed.len() > 12 {
-                            "; ..."
-                        } else {
-                            ""
-                        }
+                        " Options changed ({}): {}.",
+                        changed.len(),
+                        changed.join("; ")
                     )?;
+                }
+                for (names, which) in [(only(true), "new in"), (only(false), "gone from")] {
+                    if !names.is_empty() {
+                        write!(
+                            w,
+                            " {} options {which} the OPTIONS file after: {}{}.",
+                            names.len(),
+                            names.iter().take(8).cloned().collect::<Vec<_>>().join(", "),
+                            if names.len() > 8 { ", ..." } else { "" }
+                        )?;
+                    }
                 }
                 writeln!(w)?;
             }
@@ -326,14 +336,24 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
                 .iter()
                 .map(|(l, g)| format!("{l} {} files {}", g.files, Bytes(g.bytes)))
                 .collect();
+            let keys: Vec<String> = i
+                .keys
+                .iter()
+                .map(|(cf, n)| format!("{n} in {cf}"))
+                .collect();
+            let judged = i
+                .integrity
+                .as_ref()
+                .map(|x| format!("; against the ledger: {x}"))
+                .unwrap_or_default();
             writeln!(
                 w,
-                "**Offline verification at {:.1} s** (RocksDB {} wrote it; {}): {}; keys {:?}; SSTs {}; by level: {}.\n",
+                "**Offline verification at {:.1} s** (RocksDB {} wrote it; {}): {}; keys: {}{judged}; SSTs {}; by level: {}.\n",
                 o.at_s,
                 i.rocksdb_version.as_deref().unwrap_or("?"),
                 Bytes(i.size_bytes),
                 i.corruption.as_deref().unwrap_or("every block's checksum verified"),
-                i.keys,
+                keys.join(", "),
                 groups(i),
                 levels.join(", ")
             )?;

@@ -187,10 +187,47 @@ pub fn read_options(dir: &Path) -> (Option<String>, BTreeMap<String, String>) {
             if k == "rocksdb_version" {
                 version = Some(v.to_string());
             }
-            out.insert(format!("{section}.{k}"), v.to_string());
+            flatten(&mut out, format!("{section}.{k}"), v);
         }
     }
     (version, out)
+}
+
+/// One option into `out`; a struct value (`{a=1;b=2;}`) as one entry per
+/// field (`key.a`, `key.b`), so that a field a newer version adds shows as
+/// new rather than as a change of the whole struct.
+fn flatten(out: &mut BTreeMap<String, String>, key: String, value: &str) {
+    let Some(inner) = value
+        .strip_prefix('{')
+        .and_then(|v| v.strip_suffix('}'))
+        .filter(|_| value.len() > 2)
+    else {
+        out.insert(key, value.to_string());
+        return;
+    };
+    let (mut depth, mut start) = (0i32, 0);
+    let mut fields = vec![];
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ';' if depth == 0 => {
+                fields.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    fields.push(&inner[start..]);
+    for f in fields.into_iter().filter(|f| !f.trim().is_empty()) {
+        match f.split_once('=') {
+            Some((k, v)) => flatten(out, format!("{key}.{}", k.trim()), v.trim()),
+            None => {
+                out.insert(key.clone(), value.to_string());
+                return;
+            }
+        }
+    }
 }
 
 /// Options that differ between two inspections: (option, before, after).
@@ -227,7 +264,11 @@ pub fn inspect_with(
         ..Inspection::default()
     };
     (out.rocksdb_version, out.options) = read_options(dir);
-    let opts = Options::default();
+    let mut opts = Options::default();
+    // Read where the page cache holds the files, no copies (the scan is
+    // ~1.3x faster here). SST files are never truncated, only deleted,
+    // which leaves a mapping readable.
+    opts.set_allow_mmap_reads(true);
     let cfs = DB::list_cf(&opts, dir)
         .map_err(|e| format!("{}: not a RocksDB database: {e}", dir.display()))?;
     let db = DB::open_cf_for_read_only(&opts, dir, &cfs, false)
@@ -235,25 +276,26 @@ pub fn inspect_with(
     out.column_families = cfs.clone();
 
     // Every block of every live SST file, against its checksum.
-    let mut err: *mut libc::c_char = std::ptr::null_mut();
+    let live = db.live_files().map_err(|e| e.to_string())?;
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 8);
     let began = std::time::Instant::now();
     if checksums {
-        unsafe {
-            // Large reads, and nothing kept in the block cache.
-            let ro = librocksdb_sys::rocksdb_readoptions_create();
-            librocksdb_sys::rocksdb_readoptions_set_readahead_size(ro, 8 << 20);
-            librocksdb_sys::rocksdb_readoptions_set_fill_cache(ro, 0);
-            librocksdb_sys::rocksdb_verify_checksum_with_options(db.as_raw_ptr(), ro, &mut err);
-            librocksdb_sys::rocksdb_readoptions_destroy(ro);
-            if !err.is_null() {
-                out.corruption = Some(std::ffi::CStr::from_ptr(err).to_string_lossy().into_owned());
-                librocksdb_sys::rocksdb_free(err as *mut libc::c_void);
-            }
+        let mut files: Vec<_> = live.iter().collect();
+        files.sort_by_key(|f| std::cmp::Reverse(f.size));
+        let paths: Vec<_> = files
+            .iter()
+            .map(|f| dir.join(f.name.trim_start_matches('/')))
+            .collect();
+        out.corruption = verify_files(&paths, threads);
+        // Blob files (BlobDB) are not SSTs: RocksDB's own walk covers them.
+        if out.corruption.is_none() && has_blob_files(dir) {
+            out.corruption = verify_db(&db);
         }
     }
-
     out.checksum_s = began.elapsed().as_secs_f64();
-    let live = db.live_files().map_err(|e| e.to_string())?;
     for f in &live {
         let compression = sst_compression(&dir.join(f.name.trim_start_matches('/')))
             .unwrap_or_else(|| "unknown".into());
@@ -271,10 +313,6 @@ pub fn inspect_with(
     let seen: Option<Vec<AtomicBool>> =
         ledger.map(|l| (0..l.keys()).map(|_| AtomicBool::new(false)).collect());
     let mut found = Integrity::default();
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(1, 8);
     for cf_name in &cfs {
         let cf = db
             .cf_handle(cf_name)
@@ -367,5 +405,128 @@ pub fn inspect_with(
     Ok(out)
 }
 
+extern "C" {
+    /// src/verify/sst_verify.cc: `NULL`, or RocksDB's error (malloc'd).
+    fn soak_verify_sst(path: *const libc::c_char) -> *mut libc::c_char;
+}
+
+/// Every block checksum of every file, the files shared among `threads`
+/// (largest first, so that one big file does not finish last alone).
+/// RocksDB verifies a whole database on one thread; a file at a time is
+/// what lets the cores share the work. The first corruption, in `paths`'
+/// order, is returned.
+fn verify_files(paths: &[std::path::PathBuf], threads: usize) -> Option<String> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut found: Vec<(usize, String)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.min(paths.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut bad = vec![];
+                    loop {
+                        let i = next.fetch_add(1, Relaxed);
+                        let Some(path) = paths.get(i) else { break };
+                        if let Some(e) = verify_sst(path) {
+                            bad.push((i, e));
+                        }
+                    }
+                    bad
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a checksum thread"))
+            .collect()
+    });
+    found.sort();
+    found.into_iter().next().map(|(_, e)| e)
+}
+
+/// One SST file's block checksums, by RocksDB's table reader.
+fn verify_sst(path: &Path) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a NUL-terminated path in; NULL or a malloc'd C string out.
+    unsafe { take_error(soak_verify_sst(c.as_ptr())) }
+}
+
+/// The database's own verification (one thread over every file).
+fn verify_db(db: &DB) -> Option<String> {
+    let mut err: *mut libc::c_char = std::ptr::null_mut();
+    // SAFETY: the read options live across the call; the error is taken.
+    unsafe {
+        let ro = librocksdb_sys::rocksdb_readoptions_create();
+        librocksdb_sys::rocksdb_readoptions_set_readahead_size(ro, 8 << 20);
+        librocksdb_sys::rocksdb_readoptions_set_fill_cache(ro, 0);
+        librocksdb_sys::rocksdb_verify_checksum_with_options(db.as_raw_ptr(), ro, &mut err);
+        librocksdb_sys::rocksdb_readoptions_destroy(ro);
+        take_error(err)
+    }
+}
+
+/// A C error string as an owned message, freed.
+///
+/// # Safety
+/// `err` is NULL or a string from malloc.
+unsafe fn take_error(err: *mut libc::c_char) -> Option<String> {
+    if err.is_null() {
+        return None;
+    }
+    let msg = std::ffi::CStr::from_ptr(err).to_string_lossy().into_owned();
+    libc::free(err as *mut libc::c_void);
+    Some(msg)
+}
+
+fn has_blob_files(dir: &Path) -> bool {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.path().extension().is_some_and(|x| x == "blob"))
+        })
+        .unwrap_or(false)
+}
+
 /// A scan's lower (inclusive) and upper (exclusive) key, open where `None`.
 type KeyRange = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_struct_option_is_compared_field_by_field() {
+        let (mut old, mut new) = (BTreeMap::new(), BTreeMap::new());
+        flatten(
+            &mut old,
+            "cf.compression_opts".into(),
+            "{level=32767;enabled=false;}",
+        );
+        flatten(
+            &mut new,
+            "cf.compression_opts".into(),
+            "{checksum=false;level=32767;enabled=true;nested={a=1;};}",
+        );
+        let diff = options_diff(&old, &new);
+        let some = |s: &str| Some(s.to_string());
+        assert_eq!(
+            diff,
+            vec![
+                ("cf.compression_opts.checksum".into(), None, some("false")),
+                (
+                    "cf.compression_opts.enabled".into(),
+                    some("false"),
+                    some("true")
+                ),
+                ("cf.compression_opts.nested.a".into(), None, some("1")),
+            ]
+        );
+        // Plain values, and a value that only looks like a struct, as is.
+        let mut m = BTreeMap::new();
+        flatten(&mut m, "k".into(), "kLZ4Compression");
+        flatten(&mut m, "e".into(), "{}");
+        flatten(&mut m, "odd".into(), "{no fields}");
+        assert_eq!(m["k"], "kLZ4Compression");
+        assert_eq!(m["e"], "{}");
+        assert_eq!(m["odd"], "{no fields}");
+    }
+}
