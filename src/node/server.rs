@@ -288,6 +288,11 @@ fn dispatch(
             Ok(()) => reply::simple(out, "OK"),
             Err(e) => db_error(out, e),
         },
+        // Not Redis: a full compaction, answered when it is done.
+        (b"COMPACT", 0) => match tokio::task::block_in_place(|| ctx.store.compact_all()) {
+            Ok(()) => reply::simple(out, "OK"),
+            Err(e) => db_error(out, e),
+        },
         (b"SELECT", 1) => {
             if args[0] == b"0" {
                 reply::simple(out, "OK")
@@ -304,7 +309,7 @@ fn dispatch(
         }
         (b"CLIENT", n) if n >= 1 => client(conn, args, out),
         (b"COMMAND", _) => match args.first().map(|a| a.to_ascii_uppercase()) {
-            Some(sub) if sub == b"COUNT" => reply::int(out, 20),
+            Some(sub) if sub == b"COUNT" => reply::int(out, 21),
             _ => reply::array(out, 0),
         },
         (b"HELLO", _) => hello(conn, args, out),
@@ -317,6 +322,7 @@ fn dispatch(
         | (b"EXISTS", _)
         | (b"DEL", _)
         | (b"DBSIZE", _)
+        | (b"COMPACT", _)
         | (b"SCAN", _)
         | (b"TYPE", _)
         | (b"SELECT", _)

@@ -198,6 +198,23 @@ impl Store {
         self.db.property_int_value(name).ok().flatten()
     }
 
+    /// A full manual compaction of every column family, the bottommost
+    /// level rewritten too: afterwards every file is in the current
+    /// compression and table format (what `COMPACT` asks for, to measure
+    /// a database's size once a migration has run its course).
+    pub fn compact_all(&self) -> Result<(), rocksdb::Error> {
+        let mut co = rocksdb::CompactOptions::default();
+        co.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::Force);
+        co.set_exclusive_manual_compaction(true);
+        for name in DB::list_cf(&Options::default(), &self.data_dir)? {
+            if let Some(cf) = self.db.cf_handle(&name) {
+                self.db
+                    .compact_range_cf_opt(cf, None::<&[u8]>, None::<&[u8]>, &co);
+            }
+        }
+        Ok(())
+    }
+
     /// Flushes memtables and the WAL so that a clean stop leaves nothing to
     /// replay and nothing to lose, even with the WAL off.
     pub fn flush_all(&self) -> Result<(), rocksdb::Error> {
