@@ -817,11 +817,12 @@ fn an_upgrade_is_verified_and_a_refused_downgrade_is_reported_with_its_reason() 
         ups[0]
     );
     assert_eq!(ups[0]["integrity"]["lost"], 0);
-    // The old release refused, in its own words, and LZ4 ran again.
+    // RocksDB 7.8 refused what 11.8 wrote, in its own words, and LZ4 ran
+    // again.
     assert_eq!(ups[1]["outcome"], "refused");
     let reason = ups[1]["reason"].as_str().unwrap();
-    assert!(reason.contains("written by RocksDB 11."), "{reason}");
-    assert!(reason.contains("refusing to open it"), "{reason}");
+    assert!(reason.contains("librocksdb.so.7.8"), "{reason}");
+    assert!(reason.contains("unsupported format_version"), "{reason}");
     // Only what this start wrote, not the earlier versions' lines.
     assert!(!reason.contains("soak-node ready"), "{reason}");
     assert_eq!(ups[1]["integrity"]["lost"], 0);
@@ -832,7 +833,7 @@ fn an_upgrade_is_verified_and_a_refused_downgrade_is_reported_with_its_reason() 
     let report =
         std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
     assert!(
-        report.contains("| downgrade lz4 -> old-release |"),
+        report.contains("| downgrade lz4 -> rocksdb-7.8 |"),
         "{report}"
     );
     // The data directory's size after each phase, and its growth over the
@@ -885,4 +886,37 @@ fn an_upgrade_is_verified_and_a_refused_downgrade_is_reported_with_its_reason() 
             "{off}"
         );
     }
+}
+
+#[test]
+fn a_database_written_by_rocksdb_7_8_is_upgraded_compacted_and_refused_by_7_8_afterwards() {
+    require_tool("redis-cli", "redis-tools");
+    let run = soak_run("tests/suites/cross-version.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let cell = run.cell();
+    // Offline, soak read what 7.8 wrote: Snappy, every key as acknowledged.
+    let first = &cell["offline"][0]["inspection"];
+    assert_eq!(first["rocksdb_version"], "7.8.3", "{first}");
+    assert!(first["corruption"].is_null(), "{first}");
+    assert!(first["compression"]["Snappy"]["files"].as_u64().unwrap() >= 1);
+    assert_eq!(first["integrity"]["lost"], 0, "{first}");
+    assert!(first["integrity"]["verified"].as_u64().unwrap() >= 3000);
+    // 11.8 read every write back through RESP.
+    let ups = cell["upgrades"].as_array().unwrap();
+    assert_eq!(ups[0]["outcome"], "verified", "{}", ups[0]);
+    assert_eq!(ups[0]["integrity"]["lost"], 0, "{}", ups[0]);
+    assert!(ups[0]["integrity"]["verified"].as_u64().unwrap() >= 3000);
+    // 7.8 refused the database 11.8 wrote, in its own words.
+    assert_eq!(ups[1]["outcome"], "refused", "{}", ups[1]);
+    let reason = ups[1]["reason"].as_str().unwrap();
+    assert!(reason.contains("unsupported format_version"), "{reason}");
+    // After COMPACT, every key is in 11.8's LZ4 files: no Snappy is left.
+    let last = &cell["offline"][1]["inspection"];
+    assert!(last["rocksdb_version"].as_str().unwrap().starts_with("11."));
+    assert!(last["compression"]["Snappy"].is_null(), "{last}");
+    assert!(
+        last["compression"]["LZ4"]["entries"].as_u64().unwrap() >= 3000,
+        "{last}"
+    );
+    assert_eq!(last["integrity"]["lost"], 0, "{last}");
 }
