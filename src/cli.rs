@@ -57,12 +57,47 @@ enum Command {
     },
     /// Print the JSON Schema of suites (for editors: see the README).
     Schema,
+    /// Work with finished runs' reports.
+    #[command(subcommand)]
+    Report(ReportCommand),
     /// Remove what interrupted runs left: processes and cgroups labelled by soak.
     Cleanup {
         /// Only this run id (the suffix of the report folder).
         #[arg(long)]
         run: Option<String>,
     },
+}
+
+#[derive(Subcommand)]
+enum ReportCommand {
+    /// Compare two runs cell by cell (matched by id): throughput, latency,
+    /// memory, disk, integrity, verdicts and checks. Prints markdown; exit
+    /// 1 when anything got worse, 0 when nothing did.
+    Compare {
+        /// The run to compare against: its report folder or summary.json.
+        base: PathBuf,
+        /// The run under judgement: its report folder or summary.json.
+        head: PathBuf,
+        /// How much a figure may move before it counts (`10%` or `0.1`);
+        /// lost writes, OOM kills and errors count on any increase.
+        #[arg(long, default_value = "10%", value_parser = fraction)]
+        threshold: f64,
+        /// Also write the markdown to this file.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+/// `10%` or `0.1`.
+pub fn fraction(s: &str) -> Result<f64, String> {
+    let v = match s.trim().strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|p| p / 100.0),
+        None => s.trim().parse::<f64>(),
+    };
+    match v {
+        Ok(v) if (0.0..=10.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?}: give a percentage such as 10% (or 0.1)")),
+    }
 }
 
 pub fn positive(s: &str) -> Result<f64, String> {
@@ -131,6 +166,12 @@ pub fn main() -> i32 {
         }
         Command::Run(opts) => run_command(opts),
         Command::Verify { cell, target } => verify_command(&cell, target),
+        Command::Report(ReportCommand::Compare {
+            base,
+            head,
+            threshold,
+            out,
+        }) => compare_command(&base, &head, threshold, out.as_deref()),
         #[cfg(feature = "node")]
         Command::Inspect {
             data_dir,
@@ -303,4 +344,34 @@ fn run_command(opts: RunOptions) -> i32 {
             }
         }
     })
+}
+
+fn compare_command(
+    base: &std::path::Path,
+    head: &std::path::Path,
+    threshold: f64,
+    out: Option<&std::path::Path>,
+) -> i32 {
+    use crate::report::compare;
+    let (base, head) = match (compare::load(base), compare::load(head)) {
+        (Ok(b), Ok(h)) => (b, h),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("error: {e}");
+            return exit::INVALID;
+        }
+    };
+    let cmp = compare::compare(&base.summary, &head.summary, threshold);
+    let md = compare::markdown(&base, &head, &cmp, threshold);
+    print!("{md}");
+    if let Some(out) = out {
+        if let Err(e) = std::fs::write(out, &md) {
+            eprintln!("error: cannot write {}: {e}", out.display());
+            return exit::ENVIRONMENT;
+        }
+    }
+    if cmp.regressions() > 0 {
+        exit::CHECK_FAILED
+    } else {
+        exit::PASS
+    }
 }

@@ -920,3 +920,50 @@ fn a_database_written_by_rocksdb_7_8_is_upgraded_compacted_and_refused_by_7_8_af
     );
     assert_eq!(last["integrity"]["lost"], 0, "{last}");
 }
+
+#[test]
+fn report_compare_names_a_real_memory_regression_between_two_runs() {
+    let base = soak_run("tests/suites/compare.yaml", &[]);
+    let head = soak_run("tests/suites/compare.yaml", &["--duration-scale", "2.5"]);
+    assert_eq!(base.code(), 0, "{}", base.stderr());
+    assert_eq!(head.code(), 0, "{}", head.stderr());
+    let compare = |a: &Path, b: &Path, extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_soak"))
+            .args(["report", "compare"])
+            .arg(a)
+            .arg(b)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let (b, h) = (
+        base.report_dir.clone().unwrap(),
+        head.report_dir.clone().unwrap(),
+    );
+    let md_file = b.join("compare.md");
+    let out = compare(&b, &h, &["--out", md_file.to_str().unwrap()]);
+    let md = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{md}");
+    // The leak ran 2.5 times as long: peak RSS is the regression named.
+    let regressions = md
+        .split("## Regressions")
+        .nth(1)
+        .and_then(|s| s.split(['#', '<']).next())
+        .unwrap_or_else(|| panic!("no regressions section:\n{md}"));
+    assert!(regressions.contains("| `default` | peak RSS |"), "{md}");
+    assert!(!regressions.contains("lost writes"), "{md}");
+    assert_eq!(std::fs::read_to_string(&md_file).unwrap(), md);
+    // A run against itself: nothing changed, exit 0.
+    let out = compare(&b, &b.join("summary.json"), &[]);
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{md}");
+    assert!(md.contains("Nothing changed beyond the threshold."), "{md}");
+    // Not a run: exit 2, the path and what to give instead.
+    let out = compare(&b, &b.join("nothing-here"), &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("nothing-here") && err.contains("summary.json"),
+        "{err}"
+    );
+}

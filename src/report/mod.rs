@@ -2,6 +2,7 @@
 //! versioned contract) and `report.md` (GitHub-flavoured, charts as mermaid
 //! `xychart-beta` so they render in a pull request comment).
 
+pub mod compare;
 pub mod markdown;
 
 use std::collections::BTreeMap;

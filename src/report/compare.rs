@@ -1,0 +1,502 @@
+//! `soak report compare BASE HEAD`: two runs' `summary.json`, cell by cell
+//! (matched by id), and what got worse. A release engineer runs the suite on
+//! the last release and on the candidate and attaches this table to the
+//! pull request.
+//!
+//! Summaries are read as JSON values, not as this version's structs: a
+//! summary written by an older soak (fewer fields) still compares, and a
+//! field one side lacks is shown as `-` and judged on neither side.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::units::Bytes;
+
+/// Which way is better for a measured figure.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Better {
+    Higher,
+    Lower,
+}
+
+#[derive(Clone, Copy)]
+enum Unit {
+    PerSecond,
+    Micros,
+    Bytes,
+    Count,
+}
+
+/// A figure compared by how much it changed.
+struct Figure {
+    name: &'static str,
+    path: &'static [&'static str],
+    better: Better,
+    unit: Unit,
+}
+
+const FIGURES: &[Figure] = &[
+    Figure {
+        name: "ops/s",
+        path: &["load", "ops_per_s"],
+        better: Better::Higher,
+        unit: Unit::PerSecond,
+    },
+    Figure {
+        name: "writes/s",
+        path: &["load", "writes_per_s"],
+        better: Better::Higher,
+        unit: Unit::PerSecond,
+    },
+    Figure {
+        name: "reads/s",
+        path: &["load", "reads_per_s"],
+        better: Better::Higher,
+        unit: Unit::PerSecond,
+    },
+    Figure {
+        name: "p50",
+        path: &["load", "latency_us", "p50"],
+        better: Better::Lower,
+        unit: Unit::Micros,
+    },
+    Figure {
+        name: "p99",
+        path: &["load", "latency_us", "p99"],
+        better: Better::Lower,
+        unit: Unit::Micros,
+    },
+    Figure {
+        name: "p99.9",
+        path: &["load", "latency_us", "p999"],
+        better: Better::Lower,
+        unit: Unit::Micros,
+    },
+    Figure {
+        name: "peak RSS",
+        path: &["memory", "peak_rss_bytes"],
+        better: Better::Lower,
+        unit: Unit::Bytes,
+    },
+    Figure {
+        name: "steady RSS",
+        path: &["memory", "rss", "steady"],
+        better: Better::Lower,
+        unit: Unit::Bytes,
+    },
+    Figure {
+        name: "peak cgroup",
+        path: &["memory", "peak_cgroup_bytes"],
+        better: Better::Lower,
+        unit: Unit::Bytes,
+    },
+    Figure {
+        name: "peak disk",
+        path: &["memory", "peak_disk_bytes"],
+        better: Better::Lower,
+        unit: Unit::Bytes,
+    },
+];
+
+/// Counts where any increase is a regression, whatever the threshold.
+const COUNTS: &[(&str, &[&str])] = &[
+    ("lost writes", &["integrity", "lost"]),
+    ("corrupted writes", &["integrity", "corrupted"]),
+    ("resurrected deletes", &["integrity", "resurrected"]),
+    ("OOM kills", &["memory", "oom_kills"]),
+    ("load errors", &["load", "errors"]),
+];
+
+/// A summary.json that was read, and where from.
+pub struct Run {
+    pub path: PathBuf,
+    pub summary: Value,
+}
+
+/// Reads a run: its folder (holding `summary.json`) or the file itself.
+pub fn load(path: &Path) -> Result<Run, String> {
+    let file = if path.is_dir() {
+        path.join("summary.json")
+    } else {
+        path.to_path_buf()
+    };
+    let text = std::fs::read_to_string(&file).map_err(|e| {
+        format!(
+            "{}: {e} (give a run's report folder, reports/SUITE/RUN, or its summary.json)",
+            file.display()
+        )
+    })?;
+    let summary: Value = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: not a soak summary: {e}", file.display()))?;
+    if summary.get("cells").and_then(Value::as_array).is_none() {
+        return Err(format!(
+            "{}: not a soak summary (no `cells`)",
+            file.display()
+        ));
+    }
+    Ok(Run {
+        path: file,
+        summary,
+    })
+}
+
+/// One row of the comparison.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub cell: String,
+    pub what: String,
+    pub base: String,
+    pub head: String,
+    /// Relative change, where both sides have a non-zero figure.
+    pub change: Option<f64>,
+    pub judgement: Judgement,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judgement {
+    Regression,
+    Improvement,
+    Same,
+}
+
+/// Everything compared, and the rows that changed beyond the threshold.
+pub struct Comparison {
+    pub rows: Vec<Row>,
+    pub only_base: Vec<String>,
+    pub only_head: Vec<String>,
+}
+
+impl Comparison {
+    pub fn regressions(&self) -> usize {
+        self.count(Judgement::Regression)
+    }
+
+    fn count(&self, j: Judgement) -> usize {
+        self.rows.iter().filter(|r| r.judgement == j).count()
+    }
+}
+
+fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter()
+        .try_fold(v, |v, k| v.get(*k))
+        .filter(|v| !v.is_null())
+}
+
+fn show(v: f64, unit: Unit) -> String {
+    match unit {
+        Unit::PerSecond => format!("{v:.0}"),
+        Unit::Micros if v >= 1000.0 => format!("{:.2} ms", v / 1000.0),
+        Unit::Micros => format!("{v:.0} µs"),
+        Unit::Bytes => Bytes(v as u64).to_string(),
+        Unit::Count => format!("{v:.0}"),
+    }
+}
+
+/// How bad a verdict is, for "did it get worse".
+fn rank(verdict: &str) -> u8 {
+    match verdict {
+        "pass" => 0,
+        "warn" => 1,
+        "fail" => 2,
+        _ => 3,
+    }
+}
+
+/// Compares every cell both runs have. `threshold` is the relative change
+/// (0.1 = 10%) beyond which a figure counts as a regression or an
+/// improvement; counts (lost writes, OOM kills...) regress on any increase.
+pub fn compare(base: &Value, head: &Value, threshold: f64) -> Comparison {
+    let cells = |s: &Value| -> Vec<Value> {
+        s.get("cells")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let id = |c: &Value| {
+        c.get("id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let (b_cells, h_cells) = (cells(base), cells(head));
+    let mut rows = vec![];
+    for h in &h_cells {
+        let Some(b) = b_cells.iter().find(|b| id(b) == id(h)) else {
+            continue;
+        };
+        compare_cell(&id(h), b, h, threshold, &mut rows);
+    }
+    let ids = |v: &[Value]| v.iter().map(id).collect::<Vec<_>>();
+    let (b_ids, h_ids) = (ids(&b_cells), ids(&h_cells));
+    Comparison {
+        rows,
+        only_base: b_ids
+            .iter()
+            .filter(|i| !h_ids.contains(i))
+            .cloned()
+            .collect(),
+        only_head: h_ids
+            .iter()
+            .filter(|i| !b_ids.contains(i))
+            .cloned()
+            .collect(),
+    }
+}
+
+fn compare_cell(cell: &str, b: &Value, h: &Value, threshold: f64, rows: &mut Vec<Row>) {
+    let row = |what: &str, base: String, head: String, change, judgement| Row {
+        cell: cell.to_string(),
+        what: what.to_string(),
+        base,
+        head,
+        change,
+        judgement,
+    };
+    let verdict = |c: &Value| {
+        c.get("verdict")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string()
+    };
+    let (bv, hv) = (verdict(b), verdict(h));
+    let judgement = match rank(&hv).cmp(&rank(&bv)) {
+        std::cmp::Ordering::Greater => Judgement::Regression,
+        std::cmp::Ordering::Less => Judgement::Improvement,
+        std::cmp::Ordering::Equal => Judgement::Same,
+    };
+    rows.push(row("verdict", bv, hv, None, judgement));
+
+    for (name, path) in COUNTS {
+        let (x, y) = (
+            at(b, path).and_then(Value::as_f64),
+            at(h, path).and_then(Value::as_f64),
+        );
+        if x.is_none() && y.is_none() {
+            continue;
+        }
+        let judgement = match (x, y) {
+            (Some(x), Some(y)) if y > x => Judgement::Regression,
+            (Some(x), Some(y)) if y < x => Judgement::Improvement,
+            _ => Judgement::Same,
+        };
+        let s = |v: Option<f64>| v.map_or("-".into(), |v| show(v, Unit::Count));
+        rows.push(row(name, s(x), s(y), None, judgement));
+    }
+
+    for f in FIGURES {
+        let (x, y) = (
+            at(b, f.path).and_then(Value::as_f64),
+            at(h, f.path).and_then(Value::as_f64),
+        );
+        if x.is_none() && y.is_none() {
+            continue;
+        }
+        let change = match (x, y) {
+            (Some(x), Some(y)) if x > 0.0 => Some((y - x) / x),
+            _ => None,
+        };
+        let judgement = match change {
+            Some(c) if c.abs() > threshold => {
+                let worse = (c > 0.0) == (f.better == Better::Lower);
+                if worse {
+                    Judgement::Regression
+                } else {
+                    Judgement::Improvement
+                }
+            }
+            _ => Judgement::Same,
+        };
+        let s = |v: Option<f64>| v.map_or("-".into(), |v| show(v, f.unit));
+        rows.push(row(f.name, s(x), s(y), change, judgement));
+    }
+
+    // Checks by name: one that passed and now fails is a regression even
+    // where no figure above moved (a user's own check, an exec's regex).
+    let checks = |c: &Value| -> Vec<(String, String)> {
+        c.get("checks")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| {
+                Some((
+                    k.get("name")?.as_str()?.to_string(),
+                    k.get("verdict")?.as_str()?.to_string(),
+                ))
+            })
+            .collect()
+    };
+    let bc = checks(b);
+    for (name, hv) in checks(h) {
+        let Some((_, bv)) = bc.iter().find(|(n, _)| *n == name) else {
+            continue;
+        };
+        if rank(&hv) != rank(bv) {
+            let judgement = if rank(&hv) > rank(bv) {
+                Judgement::Regression
+            } else {
+                Judgement::Improvement
+            };
+            rows.push(row(
+                &format!("check {name}"),
+                bv.clone(),
+                hv,
+                None,
+                judgement,
+            ));
+        }
+    }
+}
+
+/// The comparison as GitHub-flavoured markdown: regressions first, then
+/// improvements, then every figure in a folded table.
+pub fn markdown(base: &Run, head: &Run, cmp: &Comparison, threshold: f64) -> String {
+    let field = |r: &Run, k: &str| {
+        r.summary
+            .get(k)
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string()
+    };
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "# soak compare: {} — {} regression{}, {} improvement{}\n",
+        field(head, "suite"),
+        cmp.regressions(),
+        if cmp.regressions() == 1 { "" } else { "s" },
+        cmp.count(Judgement::Improvement),
+        if cmp.count(Judgement::Improvement) == 1 {
+            ""
+        } else {
+            "s"
+        },
+    );
+    for (label, r) in [("Base", base), ("Head", head)] {
+        let _ = writeln!(
+            md,
+            "- {label}: run `{}` of `{}`, started {}, soak {} ({})",
+            field(r, "run_id"),
+            field(r, "suite"),
+            field(r, "started_at"),
+            field(r, "soak_version"),
+            r.path.display()
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nFigures count as changed beyond ±{:.0}%; lost, corrupted and resurrected writes, OOM kills and load errors on any increase; verdicts and checks when they get worse.\n",
+        threshold * 100.0
+    );
+    if field(base, "suite") != field(head, "suite") {
+        let _ = writeln!(
+            md,
+            "**Note:** the runs are of different suites (`{}` and `{}`); cells are matched by id.\n",
+            field(base, "suite"),
+            field(head, "suite")
+        );
+    }
+    for (title, j) in [
+        ("Regressions", Judgement::Regression),
+        ("Improvements", Judgement::Improvement),
+    ] {
+        let rows: Vec<&Row> = cmp.rows.iter().filter(|r| r.judgement == j).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let _ = writeln!(md, "## {title}\n");
+        table(&mut md, &rows);
+    }
+    if cmp.rows.iter().all(|r| r.judgement == Judgement::Same) {
+        let _ = writeln!(md, "Nothing changed beyond the threshold.\n");
+    }
+    for (which, ids) in [("base", &cmp.only_base), ("head", &cmp.only_head)] {
+        if !ids.is_empty() {
+            let shown: Vec<String> = ids.iter().map(|i| format!("`{i}`")).collect();
+            let _ = writeln!(md, "Cells only in the {which}: {}.\n", shown.join(", "));
+        }
+    }
+    let _ = writeln!(md, "<details><summary>Every figure</summary>\n");
+    table(&mut md, &cmp.rows.iter().collect::<Vec<_>>());
+    let _ = writeln!(md, "</details>");
+    md
+}
+
+fn table(md: &mut String, rows: &[&Row]) {
+    let _ = writeln!(
+        md,
+        "| cell | what | base | head | change | |\n|---|---|---:|---:|---:|---|"
+    );
+    for r in rows {
+        let change = r
+            .change
+            .map(|c| format!("{:+.1}%", c * 100.0))
+            .unwrap_or_else(|| "-".into());
+        let mark = match r.judgement {
+            Judgement::Regression => "❌ worse",
+            Judgement::Improvement => "✅ better",
+            Judgement::Same => "",
+        };
+        let _ = writeln!(
+            md,
+            "| `{}` | {} | {} | {} | {change} | {mark} |",
+            r.cell, r.what, r.base, r.head
+        );
+    }
+    let _ = writeln!(md);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn run(lost: u64, p99: u64, rss: u64, verdict: &str) -> Value {
+        json!({"suite": "s", "cells": [{
+            "id": "a", "verdict": verdict,
+            "integrity": {"lost": lost, "corrupted": 0},
+            "memory": {"peak_rss_bytes": rss, "oom_kills": 0},
+            "load": {"ops_per_s": 1000.0, "errors": 0, "latency_us": {"p99": p99}},
+            "checks": [{"name": "lost_writes", "verdict": verdict}]
+        }]})
+    }
+
+    fn judged(c: &Comparison, what: &str) -> Judgement {
+        c.rows.iter().find(|r| r.what == what).unwrap().judgement
+    }
+
+    #[test]
+    fn a_lost_write_regresses_whatever_the_threshold() {
+        let c = compare(&run(0, 1000, 100, "pass"), &run(1, 1000, 100, "fail"), 10.0);
+        assert_eq!(judged(&c, "lost writes"), Judgement::Regression);
+        assert_eq!(judged(&c, "verdict"), Judgement::Regression);
+        assert_eq!(judged(&c, "check lost_writes"), Judgement::Regression);
+        assert_eq!(c.regressions(), 3);
+    }
+
+    #[test]
+    fn figures_move_only_beyond_the_threshold_and_each_in_its_direction() {
+        // p99 +30% is worse; RSS -30% is better; ops/s unchanged.
+        let c = compare(&run(0, 1000, 100, "pass"), &run(0, 1300, 70, "pass"), 0.1);
+        assert_eq!(judged(&c, "p99"), Judgement::Regression);
+        assert_eq!(judged(&c, "peak RSS"), Judgement::Improvement);
+        assert_eq!(judged(&c, "ops/s"), Judgement::Same);
+        // Within the threshold: the same.
+        let c = compare(&run(0, 1000, 100, "pass"), &run(0, 1050, 95, "pass"), 0.1);
+        assert_eq!(c.regressions(), 0);
+        assert!(c.rows.iter().all(|r| r.judgement == Judgement::Same));
+    }
+
+    #[test]
+    fn cells_are_matched_by_id_and_the_unmatched_named() {
+        let mut head = run(0, 1000, 100, "pass");
+        head["cells"][0]["id"] = json!("b");
+        let c = compare(&run(0, 1000, 100, "pass"), &head, 0.1);
+        assert!(c.rows.is_empty());
+        assert_eq!(
+            (c.only_base, c.only_head),
+            (vec!["a".into()], vec!["b".into()])
+        );
+    }
+}
