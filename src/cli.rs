@@ -57,9 +57,9 @@ enum Command {
     },
     /// Print the JSON Schema of suites (for editors: see the README).
     Schema,
-    /// Work with finished runs' reports.
-    #[command(subcommand)]
-    Report(ReportCommand),
+    /// Finished runs' reports: `soak report DIR` renders DIR/report.md
+    /// again from its summary.json and samples; `compare` and `merge`.
+    Report(ReportArgs),
     /// Remove what interrupted runs left: processes and cgroups labelled by soak.
     Cleanup {
         /// Only this run id (the suffix of the report folder).
@@ -68,8 +68,30 @@ enum Command {
     },
 }
 
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct ReportArgs {
+    #[command(subcommand)]
+    command: Option<ReportCommand>,
+    /// A run's report folder (reports/SUITE/RUN): its report.md is
+    /// rendered again.
+    dir: Option<PathBuf>,
+}
+
 #[derive(Subcommand)]
 enum ReportCommand {
+    /// Join the shards of a suite (`soak run --shard I/N` on several
+    /// runners) into one report. Exit 0 when every cell passed, 1 when one
+    /// failed, 3 when one could not run or a shard is missing.
+    Merge {
+        /// The shards' report folders.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Where to write the merged report (default: next to the first
+        /// shard's folder).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Compare two runs cell by cell (matched by id): throughput, latency,
     /// memory, disk, integrity, verdicts and checks. Prints markdown; exit
     /// 1 when anything got worse, 0 when nothing did.
@@ -166,12 +188,56 @@ pub fn main() -> i32 {
         }
         Command::Run(opts) => run_command(opts),
         Command::Verify { cell, target } => verify_command(&cell, target),
-        Command::Report(ReportCommand::Compare {
-            base,
-            head,
-            threshold,
-            out,
+        Command::Report(ReportArgs {
+            command:
+                Some(ReportCommand::Compare {
+                    base,
+                    head,
+                    threshold,
+                    out,
+                }),
+            ..
         }) => compare_command(&base, &head, threshold, out.as_deref()),
+        Command::Report(ReportArgs {
+            command: Some(ReportCommand::Merge { dirs, out }),
+            ..
+        }) => match crate::report::merge::merge(&dirs, out.as_deref()) {
+            Ok((merged, dir)) => {
+                println!(
+                    "soak: merged {} cells: {}",
+                    merged.cells.len(),
+                    dir.join("report.md").display()
+                );
+                for missing in &merged.missing_shards {
+                    eprintln!("soak: shard {missing} is missing: its cells are not in the report");
+                }
+                verdict_code(merged.verdict)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                exit::INVALID
+            }
+        },
+        Command::Report(ReportArgs {
+            command: None,
+            dir: Some(dir),
+        }) => match crate::report::merge::render(&dir) {
+            Ok(_) => {
+                println!("soak: {}", dir.join("report.md").display());
+                exit::PASS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                exit::INVALID
+            }
+        },
+        Command::Report(ReportArgs {
+            command: None,
+            dir: None,
+        }) => {
+            eprintln!("error: give a run's report folder (soak report reports/SUITE/RUN), or `soak report compare` / `soak report merge`");
+            exit::INVALID
+        }
         #[cfg(feature = "node")]
         Command::Inspect {
             data_dir,
@@ -373,5 +439,14 @@ fn compare_command(
         exit::CHECK_FAILED
     } else {
         exit::PASS
+    }
+}
+
+/// The exit code of a run's verdict.
+fn verdict_code(v: Verdict) -> i32 {
+    match v {
+        Verdict::Pass | Verdict::Warn => exit::PASS,
+        Verdict::Fail => exit::CHECK_FAILED,
+        Verdict::Error => exit::ENVIRONMENT,
     }
 }

@@ -258,6 +258,8 @@ fn summary_of(
         suite_file: opts.suite.display().to_string(),
         soak_version: env!("CARGO_PKG_VERSION").into(),
         cells,
+        merged: vec![],
+        missing_shards: vec![],
     }
 }
 

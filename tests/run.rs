@@ -966,4 +966,114 @@ fn report_compare_names_a_real_memory_regression_between_two_runs() {
         err.contains("nothing-here") && err.contains("summary.json"),
         "{err}"
     );
+    // `soak report DIR` renders the same report from the summary and the
+    // samples (the memory chart included).
+    let original = std::fs::read_to_string(h.join("report.md")).unwrap();
+    assert!(original.contains("xychart-beta"), "{original}");
+    std::fs::write(h.join("report.md"), "").unwrap();
+    let st = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .arg("report")
+        .arg(&h)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert_eq!(
+        std::fs::read_to_string(h.join("report.md")).unwrap(),
+        original
+    );
+}
+
+#[test]
+fn shards_merge_into_one_report_and_a_report_renders_again_from_its_summary() {
+    let out = tempfile::tempdir().unwrap();
+    let mut shards = vec![];
+    for i in 1..=2 {
+        let st = Command::new(env!("CARGO_BIN_EXE_soak"))
+            .args(["run", &suite("tests/suites/matrix.yaml").to_string_lossy()])
+            .args(["--shard", &format!("{i}/2"), "--out"])
+            .arg(out.path())
+            .env("SOAK_NODE", env!("CARGO_BIN_EXE_soak-node"))
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    for p in walk(out.path()) {
+        if p.ends_with("summary.json") {
+            shards.push(p.parent().unwrap().to_path_buf());
+        }
+    }
+    assert_eq!(shards.len(), 2, "{shards:?}");
+    let soak = |args: &[&std::ffi::OsStr]| {
+        Command::new(env!("CARGO_BIN_EXE_soak"))
+            .arg("report")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let merged_dir = out.path().join("merged");
+    let o = soak(&[
+        "merge".as_ref(),
+        shards[0].as_os_str(),
+        shards[1].as_os_str(),
+        "--out".as_ref(),
+        merged_dir.as_os_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let merged: Value =
+        serde_json::from_str(&std::fs::read_to_string(merged_dir.join("summary.json")).unwrap())
+            .unwrap();
+    let cells = merged["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 6, "{merged}");
+    assert!(merged["shard"].is_null());
+    // In the suite's order, as one unsharded run has them.
+    let whole = soak_run("tests/suites/matrix.yaml", &[]);
+    let ids = |cells: &[Value]| cells.iter().map(|c| c["id"].clone()).collect::<Vec<_>>();
+    assert_eq!(
+        ids(cells),
+        ids(whole.summary()["cells"].as_array().unwrap())
+    );
+    assert_eq!(merged["merged"].as_array().unwrap().len(), 2);
+    // Every file a merged cell names is found from the merged report.
+    for c in cells {
+        for f in c["files"].as_object().unwrap().values() {
+            let f = merged_dir.join(f.as_str().unwrap());
+            assert!(f.exists(), "{}", f.display());
+        }
+    }
+    let md = std::fs::read_to_string(merged_dir.join("report.md")).unwrap();
+    assert!(md.contains("Merged from: shard 1/2"), "{md}");
+    assert!(
+        md.contains("`allocator=glibc-arena2,storage=large`"),
+        "{md}"
+    );
+
+    // One shard alone: the other is named missing, and the verdict is not pass.
+    let alone = out.path().join("alone");
+    let o = soak(&[
+        "merge".as_ref(),
+        shards[0].as_os_str(),
+        "--out".as_ref(),
+        alone.as_os_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{o:?}");
+    let md = std::fs::read_to_string(alone.join("report.md")).unwrap();
+    assert!(md.contains("**Missing shards:**"), "{md}");
+    // A shard twice is refused.
+    let o = soak(&[
+        "merge".as_ref(),
+        shards[0].as_os_str(),
+        shards[0].as_os_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("each shard once"));
+
+    // A lost report.md comes back as it was.
+    let original = std::fs::read_to_string(shards[0].join("report.md")).unwrap();
+    std::fs::remove_file(shards[0].join("report.md")).unwrap();
+    let o = soak(&[shards[0].as_os_str()]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert_eq!(
+        std::fs::read_to_string(shards[0].join("report.md")).unwrap(),
+        original
+    );
 }

@@ -110,16 +110,16 @@ pub struct Context {
 pub type VersionCommand = (Vec<String>, Vec<(String, String)>);
 
 /// One `upgrade` or `downgrade`, as it went.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct UpgradeRecord {
     /// "upgrade" or "downgrade".
-    pub kind: &'static str,
+    pub kind: String,
     pub from: String,
     pub to: String,
     pub at_s: f64,
     /// "verified": the new version started and read back every key;
     /// "refused": it would not start (a downgrade), and `from` runs again.
-    pub outcome: &'static str,
+    pub outcome: String,
     /// Why it was refused: the node's own words, from its log.
     pub reason: Option<String>,
     /// How long the new version took to get ready.
@@ -138,14 +138,14 @@ pub struct UpgradeRecord {
 
 /// One `verify: offline`.
 #[cfg(feature = "node")]
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct OfflineRecord {
     pub at_s: f64,
     pub inspection: crate::verify::offline::Inspection,
 }
 
 /// The outcome of one `exec` phase, for its check.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ExecResult {
     pub command: String,
     pub expected: i32,
@@ -285,7 +285,7 @@ impl<'a> Cell<'a> {
             ),
         );
         self.restarts.push(Restart {
-            reason,
+            reason: reason.into(),
             at_s: at,
             ready_after_ms: ready.as_millis() as u64,
             exit,
@@ -650,11 +650,11 @@ impl<'a> Cell<'a> {
         self.events.emit(kind, format!("{from} -> {to}"));
         self.target.segment.fetch_add(1, Relaxed);
         let mut record = UpgradeRecord {
-            kind,
+            kind: kind.into(),
             from: from.clone(),
             to: to.to_string(),
             at_s: at,
-            outcome: "verified",
+            outcome: "verified".into(),
             reason: None,
             ready_after_ms: None,
             integrity: None,
@@ -669,7 +669,7 @@ impl<'a> Cell<'a> {
                 self.set_up(true);
                 record.ready_after_ms = Some(ready.as_millis() as u64);
                 self.restarts.push(Restart {
-                    reason: kind,
+                    reason: kind.into(),
                     at_s: at,
                     ready_after_ms: ready.as_millis() as u64,
                     exit: format!("{kind} from {from}"),
@@ -687,13 +687,13 @@ impl<'a> Cell<'a> {
                 let reason = e.to_string();
                 self.events
                     .emit("refused", format!("{to} would not start: {reason}"));
-                record.outcome = "refused";
+                record.outcome = "refused".into();
                 record.reason = Some(reason);
                 self.use_version(&from)?;
                 let ready = self.node.start().await?;
                 self.set_up(true);
                 self.restarts.push(Restart {
-                    reason: kind,
+                    reason: kind.into(),
                     at_s: at,
                     ready_after_ms: ready.as_millis() as u64,
                     exit: format!("{to} refused; {from} started again"),
@@ -715,7 +715,7 @@ impl<'a> Cell<'a> {
                         .collect();
             }
         }
-        let outcome = match record.outcome {
+        let outcome = match record.outcome.as_str() {
             "refused" => format!(
                 "{to} refused to start ({}); {from} runs again; {}",
                 record.reason.as_deref().unwrap_or(""),

@@ -66,6 +66,16 @@ pub fn write(
         super::human_duration(std::time::Duration::from_secs_f64(s.duration_s)),
         s.soak_version
     )?;
+    if !s.merged.is_empty() {
+        writeln!(w, "Merged from: {}.\n", s.merged.join("; "))?;
+    }
+    if !s.missing_shards.is_empty() {
+        writeln!(
+            w,
+            "**Missing shards:** {} (no run of them was merged: their cells are not in this report).\n",
+            s.missing_shards.join(", ")
+        )?;
+    }
     writeln!(w, "| cell | verdict | acknowledged | lost | corrupted | in doubt | OOM kills | restarts | peak RSS | RSS growth | ops/s | p99 |")?;
     writeln!(
         w,

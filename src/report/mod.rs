@@ -4,12 +4,13 @@
 
 pub mod compare;
 pub mod markdown;
+pub mod merge;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::verify::Integrity;
 
@@ -17,7 +18,7 @@ use crate::verify::Integrity;
 /// may be added at any version.
 pub const SCHEMA_VERSION: u32 = 1;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     Pass,
@@ -38,7 +39,7 @@ impl Verdict {
 }
 
 /// The whole run: what `summary.json` holds.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Summary {
     pub schema_version: u32,
     pub suite: String,
@@ -55,9 +56,15 @@ pub struct Summary {
     pub suite_file: String,
     pub soak_version: String,
     pub cells: Vec<CellResult>,
+    /// For a report made by `soak report merge`: the runs it joins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged: Vec<String>,
+    /// Shards (`I/N`) that no merged run covered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_shards: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CellResult {
     pub id: String,
     pub params: BTreeMap<String, String>,
@@ -86,7 +93,7 @@ pub struct CellResult {
     pub offline: Vec<crate::chaos::OfflineRecord>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ChaosRecord {
     pub seed: u64,
     /// Offset from the start of the chaos phase, as planned.
@@ -94,7 +101,7 @@ pub struct ChaosRecord {
     pub action: crate::suite::Action,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CheckResult {
     pub name: String,
     /// "pass", "fail" or "warn".
@@ -106,7 +113,7 @@ pub struct CheckResult {
     pub detail: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct MemorySummary {
     pub peak_rss_bytes: u64,
     /// Proportional and anonymous resident memory, from smaps_rollup.
@@ -134,7 +141,7 @@ pub struct MemorySummary {
     pub disk: crate::analysis::SeriesAnalysis,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ScrapeSummary {
     pub ok: u64,
     pub failed: u64,
@@ -143,10 +150,10 @@ pub struct ScrapeSummary {
     pub last_error: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Restart {
     /// "chaos", "oom", "crash" or "upgrade".
-    pub reason: &'static str,
+    pub reason: String,
     /// Seconds since the cell started, when the node was down.
     pub at_s: f64,
     pub ready_after_ms: u64,
@@ -155,7 +162,7 @@ pub struct Restart {
 }
 
 /// The load of a cell, or of one phase.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LoadSummary {
     /// Seconds the load ran.
     pub active_s: f64,
@@ -199,7 +206,7 @@ impl LoadSummary {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Latency {
     pub p50: u64,
     pub p90: u64,
@@ -220,7 +227,7 @@ impl Latency {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PhaseRecord {
     pub phase: String,
     pub start_s: f64,

@@ -20,7 +20,7 @@ const BATCH: usize = 1000;
 const PIPELINE: usize = 8;
 
 /// Counts of one verification (or of several, added up).
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct Integrity {
     /// Writes the node acknowledged during the run.
     pub acknowledged: u64,

@@ -9,20 +9,20 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use rocksdb::{AsRawPtr, Options, ReadOptions, DB};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::Integrity;
 use crate::workload::ledger::Ledger;
 
 /// SST files of one level, or of one compression.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct FileGroup {
     pub files: u64,
     pub bytes: u64,
     pub entries: u64,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Inspection {
     /// The data directory's size on disk.
     pub size_bytes: u64,

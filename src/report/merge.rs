@@ -1,0 +1,228 @@
+//! Reports from recorded runs: `soak report DIR` renders a run's report
+//! again from its `summary.json` and samples (after a soak upgrade, or when
+//! the report was lost), and `soak report merge DIR...` joins the shards of
+//! a suite (`soak run --shard I/N` on several CI runners) into one report.
+//!
+//! A merged report does not copy the shards' cell folders (they hold the
+//! nodes' data directories): its links point into the shards' folders,
+//! relative to where the merged report is written, so the artifacts work
+//! as long as they are kept side by side.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use super::{Summary, Verdict};
+
+/// Charts of every cell: the RSS samples, from each cell's `samples.csv`.
+pub type Charts = BTreeMap<String, Vec<(f64, u64)>>;
+
+/// A run's summary, read from its report folder.
+pub fn load(dir: &Path) -> Result<Summary, String> {
+    let file = dir.join("summary.json");
+    let text = std::fs::read_to_string(&file).map_err(|e| {
+        format!(
+            "{}: {e} (give a run's report folder: reports/SUITE/RUN)",
+            file.display()
+        )
+    })?;
+    serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "{}: not a summary this soak can render: {e}",
+            file.display()
+        )
+    })
+}
+
+/// The RSS series of every cell, read from the files the summary names
+/// (relative to `dir`); a cell without samples gets no chart.
+pub fn charts(dir: &Path, s: &Summary) -> Charts {
+    s.cells
+        .iter()
+        .filter_map(|c| {
+            let file = dir.join(c.files.get("samples.csv")?);
+            Some((c.id.clone(), rss_series(&file)))
+        })
+        .collect()
+}
+
+fn rss_series(file: &Path) -> Vec<(f64, u64)> {
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return vec![];
+    };
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or("").split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name);
+    let (Some(t), Some(rss)) = (col("t_s"), col("rss_bytes")) else {
+        return vec![];
+    };
+    lines
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            Some((f.get(t)?.parse().ok()?, f.get(rss)?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Renders `report.md` of the run in `dir` again.
+pub fn render(dir: &Path) -> Result<Summary, String> {
+    let s = load(dir)?;
+    let mut md = Vec::new();
+    super::markdown::write(&mut md, &s, &charts(dir, &s)).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("report.md"), md)
+        .map_err(|e| format!("cannot write {}: {e}", dir.join("report.md").display()))?;
+    Ok(s)
+}
+
+/// Joins the runs in `dirs` (shards of one suite) into one report in
+/// `out`. Cells keep their order, shard by shard; a cell id in two runs is
+/// refused (a shard merged twice, or runs of different matrices).
+/// Without `out`, the merged report goes next to the first run's folder,
+/// named like a run's (`<UTC time>-<id>`).
+pub fn merge(dirs: &[PathBuf], out: Option<&Path>) -> Result<(Summary, PathBuf), String> {
+    let mut runs = vec![];
+    for d in dirs {
+        let d = d
+            .canonicalize()
+            .map_err(|e| format!("{}: {e}", d.display()))?;
+        let s = load(&d)?;
+        runs.push((d, s));
+    }
+    let Some((_, first)) = runs.first() else {
+        return Err("give the report folders of the runs to merge".into());
+    };
+    if let Some((d, s)) = runs.iter().find(|(_, s)| s.suite != first.suite) {
+        return Err(format!(
+            "{}: a run of suite `{}`, not `{}`: merge the shards of one suite",
+            d.display(),
+            s.suite,
+            first.suite
+        ));
+    }
+    let shard = |s: &Summary| -> Option<(u32, u32)> {
+        let (i, n) = s.shard.as_deref()?.split_once('/')?;
+        Some((i.parse().ok()?, n.parse().ok()?))
+    };
+    let first = first.clone();
+    runs.sort_by_key(|(_, s)| shard(s).map_or(0, |(i, _)| i));
+
+    let run_id = crate::run::new_run_id();
+    let out = match out {
+        Some(o) => o.to_path_buf(),
+        None => runs[0].0.parent().unwrap_or(Path::new(".")).join(format!(
+            "{}-{run_id}",
+            chrono::Utc::now().format("%Y%m%dT%H%M%SZ")
+        )),
+    };
+    std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let out = out
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", out.display()))?;
+    let mut merged = first.clone();
+    merged.cells.clear();
+    merged.shard = None;
+    merged.run_id = run_id;
+    let mut charts = Charts::new();
+    let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
+    let mut per_run = vec![];
+    for (dir, s) in &runs {
+        let rel = relative(&out, dir);
+        let mut cells = vec![];
+        for c in &s.cells {
+            if let Some(other) = seen.insert(c.id.clone(), dir.clone()) {
+                return Err(format!(
+                    "cell `{}` is in {} and in {}: each shard once, please",
+                    c.id,
+                    other.display(),
+                    dir.display()
+                ));
+            }
+            let mut c = c.clone();
+            for f in c.files.values_mut() {
+                *f = rel.join(&*f).to_string_lossy().into_owned();
+            }
+            cells.push(c);
+        }
+        per_run.push(cells.into_iter());
+        charts.extend(self::charts(dir, s));
+        merged.merged.push(format!(
+            "{}run `{}` ({})",
+            s.shard
+                .as_ref()
+                .map(|x| format!("shard {x}: "))
+                .unwrap_or_default(),
+            s.run_id,
+            rel.display()
+        ));
+        merged.started_at = merged.started_at.clone().min(s.started_at.clone());
+        merged.duration_s = merged.duration_s.max(s.duration_s);
+    }
+    // `--shard I/N` deals cell j to shard j % N + 1: dealing the shards'
+    // cells back in turn restores the suite's order.
+    while merged.cells.len() < seen.len() {
+        for cells in per_run.iter_mut() {
+            merged.cells.extend(cells.next());
+        }
+    }
+    // Shards of the same split that no run covered.
+    if let Some((_, n)) = shard(&first) {
+        let have: Vec<u32> = runs
+            .iter()
+            .filter_map(|(_, s)| shard(s))
+            .map(|x| x.0)
+            .collect();
+        merged.missing_shards = (1..=n)
+            .filter(|i| !have.contains(i))
+            .map(|i| format!("{i}/{n}"))
+            .collect();
+    }
+    merged.verdict = worst(merged.cells.iter().map(|c| c.verdict));
+    if !merged.missing_shards.is_empty() && merged.verdict == Verdict::Pass {
+        // A report that is missing cells cannot say the suite passed.
+        merged.verdict = Verdict::Error;
+    }
+    super::write_all(&out, &merged, &charts)
+        .map_err(|e| format!("cannot write the report in {}: {e}", out.display()))?;
+    Ok((merged, out))
+}
+
+fn worst(verdicts: impl Iterator<Item = Verdict>) -> Verdict {
+    let rank = |v: Verdict| match v {
+        Verdict::Pass | Verdict::Warn => 0,
+        Verdict::Fail => 1,
+        Verdict::Error => 2,
+    };
+    let worst = verdicts.max_by_key(|v| rank(*v)).unwrap_or(Verdict::Pass);
+    if worst == Verdict::Warn {
+        Verdict::Pass
+    } else {
+        worst
+    }
+}
+
+/// `to` as seen from `from` (both absolute): `../shard-2`.
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let (a, b): (Vec<Component>, Vec<Component>) =
+        (from.components().collect(), to.components().collect());
+    let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let mut rel = PathBuf::new();
+    for _ in common..a.len() {
+        rel.push("..");
+    }
+    for c in &b[common..] {
+        rel.push(c);
+    }
+    rel
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_relative_to_another() {
+        let r = |a: &str, b: &str| relative(Path::new(a), Path::new(b));
+        assert_eq!(r("/r/s/merged", "/r/s/shard1"), PathBuf::from("../shard1"));
+        assert_eq!(r("/r/s", "/r/s/x/y"), PathBuf::from("x/y"));
+        assert_eq!(r("/a/b", "/c"), PathBuf::from("../../c"));
+    }
+}
