@@ -708,6 +708,31 @@ fn an_exec_phase_keeps_its_output_and_reads_a_throughput_from_it() {
             .contains("ops/sec` matched nothing in exec-2.log"),
         "{missed}"
     );
+    // junit.xml, read by a real XML parser (Python's), as a CI system
+    // reads it: one failure, the failed check's test case carries it.
+    let junit = run.report_dir.as_ref().unwrap().join("junit.xml");
+    let parsed = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sys, xml.etree.ElementTree as E\n\
+             r = E.parse(sys.argv[1]).getroot()\n\
+             print(r.get('tests'), r.get('failures'), r.get('errors'))\n\
+             for c in r.iter('testcase'):\n\
+             \x20   f = c.find('failure')\n\
+             \x20   print(c.get('name'), '|', '' if f is None else f.get('message'))",
+        )
+        .arg(&junit)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&parsed.stdout);
+    assert!(parsed.status.success(), "{text}{parsed:?}");
+    let mut lines = text.lines();
+    let counts = lines.next().unwrap();
+    assert_eq!(counts, format!("{} 1 0", checks.len()), "{text}");
+    assert!(
+        lines.any(|l| l.starts_with("exec[2] throughput | measured null")),
+        "{text}"
+    );
 }
 
 /// Starts `soak run`, waits until its ledger has been saved a few times
@@ -1076,4 +1101,25 @@ fn shards_merge_into_one_report_and_a_report_renders_again_from_its_summary() {
         std::fs::read_to_string(shards[0].join("report.md")).unwrap(),
         original
     );
+}
+
+#[test]
+fn nodes_that_are_not_resp_servers_are_told_ready_by_http_log_or_a_command() {
+    require_tool("redis-server", "redis-server");
+    for suite_file in [
+        "tests/suites/ready-http.yaml",
+        "tests/suites/ready-log.yaml",
+        "tests/suites/ready-exec.yaml",
+    ] {
+        let run = soak_run(suite_file, &[]);
+        assert_eq!(run.code(), 0, "{suite_file}: {}", run.stderr());
+        assert_eq!(run.cell()["verdict"], "pass", "{suite_file}");
+    }
+    // redis-cli ping is answered only after "Ready to accept connections":
+    // the exec phase right after readiness succeeded in both.
+    // A health path that never answers 200: never ready, exit 3, and the
+    // probe named in the error.
+    let run = soak_run("tests/suites/ready-http-404.yaml", &[]);
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    assert!(run.stderr().contains("/health"), "{}", run.stderr());
 }

@@ -1,5 +1,5 @@
 //! Reports from recorded runs: `soak report DIR` renders a run's report
-//! again from its `summary.json` and samples (after a soak upgrade, or when
+//! (and `junit.xml`) again from its `summary.json` and samples (after a soak upgrade, or when
 //! the report was lost), and `soak report merge DIR...` joins the shards of
 //! a suite (`soak run --shard I/N` on several CI runners) into one report.
 //!
@@ -69,7 +69,8 @@ pub fn render(dir: &Path) -> Result<Summary, String> {
     let mut md = Vec::new();
     super::markdown::write(&mut md, &s, &charts(dir, &s)).map_err(|e| e.to_string())?;
     std::fs::write(dir.join("report.md"), md)
-        .map_err(|e| format!("cannot write {}: {e}", dir.join("report.md").display()))?;
+        .and_then(|()| std::fs::write(dir.join("junit.xml"), super::junit::write(&s)))
+        .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
     Ok(s)
 }
 

@@ -3,6 +3,7 @@
 //! `xychart-beta` so they render in a pull request comment).
 
 pub mod compare;
+pub mod junit;
 pub mod markdown;
 pub mod merge;
 
@@ -257,7 +258,8 @@ pub fn human_duration(d: Duration) -> String {
     }
 }
 
-/// Writes `summary.json` and `report.md` into `dir`, replacing them.
+/// Writes `summary.json`, `report.md` and `junit.xml` into `dir`,
+/// replacing them.
 pub fn write_all(
     dir: &Path,
     summary: &Summary,
@@ -267,5 +269,6 @@ pub fn write_all(
     std::fs::write(dir.join("summary.json"), json + "\n")?;
     let mut md = Vec::new();
     markdown::write(&mut md, summary, charts)?;
+    std::fs::write(dir.join("junit.xml"), junit::write(summary))?;
     std::fs::write(dir.join("report.md"), md)
 }
