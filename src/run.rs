@@ -363,10 +363,23 @@ async fn run_cell(
     });
     // The label `soak cleanup` finds the node's processes by.
     env.push(("SOAK_RUN_ID".into(), run_id.into()));
-    let probe = match (&suite.node.ready.resp, &suite.node.ready.tcp) {
-        (Some(r), _) => Probe::Resp(render(r, &vars)?),
-        (_, Some(t)) => Probe::Tcp(render(t, &vars)?),
-        _ => unreachable!("validated: one probe"),
+    let ready = &suite.node.ready;
+    let probe = if let Some(r) = &ready.resp {
+        Probe::Resp(render(r, &vars)?)
+    } else if let Some(t) = &ready.tcp {
+        Probe::Tcp(render(t, &vars)?)
+    } else if let Some(u) = &ready.http {
+        Probe::Http(render(u, &vars)?)
+    } else if let Some(re) = &ready.log {
+        Probe::Log(render(re, &vars)?)
+    } else if let Some(argv) = &ready.exec {
+        Probe::Exec(
+            argv.iter()
+                .map(|a| render(a, &vars))
+                .collect::<Result<_, _>>()?,
+        )
+    } else {
+        unreachable!("validated: one probe")
     };
     // Each version: its argv, and the node's environment with its own
     // variables added or replacing.

@@ -29,6 +29,24 @@ pub enum Probe {
     Resp(String),
     /// A TCP connection accepted.
     Tcp(String),
+    /// An HTTP GET of this `http://` URL answered 2xx.
+    Http(String),
+    /// A line of the node's log, written by this start, matches the regex.
+    Log(String),
+    /// The command exits 0.
+    Exec(Vec<String>),
+}
+
+impl std::fmt::Display for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Probe::Resp(a) => write!(f, "a RESP PING to {a}"),
+            Probe::Tcp(a) => write!(f, "a TCP connect to {a}"),
+            Probe::Http(u) => write!(f, "a GET of {u} answered 2xx"),
+            Probe::Log(re) => write!(f, "a log line matching `{re}`"),
+            Probe::Exec(argv) => write!(f, "`{}` exiting 0", argv.join(" ")),
+        }
+    }
 }
 
 /// A fully templated node definition.
@@ -217,14 +235,14 @@ impl ProcessNode {
                     tail: tail_from(&self.spec.log, log_from, 20),
                 });
             }
-            if probe(&self.spec.probe).await {
+            if probe(&self.spec.probe, &self.spec.log, log_from).await {
                 return Ok(t0.elapsed());
             }
             if Instant::now() >= deadline {
                 self.kill_now().await;
                 return Err(DriverError::NeverReady {
                     timeout: self.spec.ready_timeout,
-                    probe: format!("{:?}", self.spec.probe),
+                    probe: self.spec.probe.to_string(),
                     log: self.spec.log.clone(),
                     tail: tail_from(&self.spec.log, log_from, 20),
                 });
@@ -382,10 +400,38 @@ fn group_members(pgid: i32) -> Vec<i32> {
     out
 }
 
-/// One readiness attempt.
-pub async fn probe(p: &Probe) -> bool {
+/// One readiness attempt. `log` and `from`: the node's log, and where
+/// this start's lines begin.
+pub async fn probe(p: &Probe, log: &std::path::Path, from: u64) -> bool {
+    let limit = match p {
+        Probe::Exec(_) => Duration::from_secs(10),
+        _ => Duration::from_secs(1),
+    };
     let attempt = async {
         match p {
+            Probe::Http(url) => http_ok(url).await,
+            Probe::Log(re) => {
+                let Ok(re) = regex::Regex::new(re) else {
+                    return false;
+                };
+                tail_from(log, from, usize::MAX)
+                    .lines()
+                    .any(|l| re.is_match(l))
+            }
+            Probe::Exec(argv) => {
+                let Some((program, args)) = argv.split_first() else {
+                    return false;
+                };
+                tokio::process::Command::new(program)
+                    .args(args)
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .kill_on_drop(true)
+                    .status()
+                    .await
+                    .is_ok_and(|s| s.success())
+            }
             Probe::Tcp(addr) => tokio::net::TcpStream::connect(addr.as_str()).await.is_ok(),
             Probe::Resp(addr) => {
                 let Ok(mut s) = tokio::net::TcpStream::connect(addr.as_str()).await else {
@@ -406,7 +452,51 @@ pub async fn probe(p: &Probe) -> bool {
             }
         }
     };
-    tokio::time::timeout(Duration::from_secs(1), attempt)
-        .await
-        .unwrap_or(false)
+    tokio::time::timeout(limit, attempt).await.unwrap_or(false)
+}
+
+/// `http://HOST:PORT/PATH` split into the address and the path.
+pub fn http_parts(url: &str) -> Option<(String, String)> {
+    let rest = url.strip_prefix("http://")?;
+    let (host, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let addr = if host.contains(':') {
+        host.to_string()
+    } else {
+        format!("{host}:80")
+    };
+    (!host.is_empty()).then(|| (addr, path.to_string()))
+}
+
+/// A GET answered with a 2xx status (HTTP/1.1, plain: nodes here listen on
+/// loopback).
+async fn http_ok(url: &str) -> bool {
+    let Some((addr, path)) = http_parts(url) else {
+        return false;
+    };
+    let Ok(mut s) = tokio::net::TcpStream::connect(addr.as_str()).await else {
+        return false;
+    };
+    let host = addr.split(':').next().unwrap_or("");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 32];
+    let mut n = 0;
+    while n < 12 {
+        match s.read(&mut buf[n..]).await {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
+    }
+    // "HTTP/1.1 200 OK"
+    let line = String::from_utf8_lossy(&buf[..n]);
+    let mut parts = line.split_whitespace();
+    parts.next().is_some_and(|v| v.starts_with("HTTP/"))
+        && parts
+            .next()
+            .is_some_and(|code| code.starts_with('2') && code.len() == 3)
 }

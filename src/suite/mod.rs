@@ -101,14 +101,43 @@ pub struct NodeSpec {
     pub stop: StopSpec,
 }
 
-/// How to tell that the node serves: a RESP PING answered, or a TCP connect.
+/// How to tell that the node serves; exactly one probe, tried every 50 ms
+/// until `timeout`.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Ready {
+    /// `HOST:PORT` answering a RESP PING (anything but an error).
     pub resp: Option<String>,
+    /// `HOST:PORT` accepting a TCP connection.
     pub tcp: Option<String>,
+    /// An `http://HOST:PORT/PATH` answering a GET with 2xx (a health
+    /// endpoint: Teku's `/eth/v1/node/health`, Spring's `/actuator/health`).
+    pub http: Option<String>,
+    /// A regex matched by a line the node logs after this start
+    /// (`State transition from REBALANCING to RUNNING`).
+    pub log: Option<String>,
+    /// A command (argv, not run through a shell) that exits 0 when the node
+    /// is ready.
+    pub exec: Option<Vec<String>>,
     #[serde(default = "default_ready_timeout")]
     pub timeout: Dur,
+}
+
+impl Ready {
+    /// The probes given, by name.
+    pub fn given(&self) -> Vec<&'static str> {
+        [
+            ("resp", self.resp.is_some()),
+            ("tcp", self.tcp.is_some()),
+            ("http", self.http.is_some()),
+            ("log", self.log.is_some()),
+            ("exec", self.exec.is_some()),
+        ]
+        .into_iter()
+        .filter(|(_, g)| *g)
+        .map(|(n, _)| n)
+        .collect()
+    }
 }
 
 fn default_ready_timeout() -> Dur {
@@ -321,10 +350,24 @@ impl Suite {
         if self.node.command.is_empty() {
             out.push(("node.command".into(), "the command is empty: give the node's argv, e.g. [\"${SOAK_NODE}\", \"--port\", \"${PORT}\"]".into()));
         }
-        match (&self.node.ready.resp, &self.node.ready.tcp) {
-            (None, None) => out.push(("node.ready".into(), "say how to tell the node is ready: `resp: 127.0.0.1:${PORT}` or `tcp: 127.0.0.1:${PORT}`".into())),
-            (Some(_), Some(_)) => out.push(("node.ready".into(), "give one readiness probe, `resp` or `tcp`, not both".into())),
-            _ => {}
+        let ready = &self.node.ready;
+        match ready.given().as_slice() {
+            [] => out.push(("node.ready".into(), "say how to tell the node is ready: `resp: 127.0.0.1:${PORT}`, `tcp: ...`, `http: http://127.0.0.1:${PORT}/health`, `log: REGEX` or `exec: [ARGV]`".into())),
+            [_] => {}
+            many => out.push(("node.ready".into(), format!("give one readiness probe, not {}", many.join(" and ")))),
+        }
+        if let Some(re) = &ready.log {
+            if let Err(e) = regex::Regex::new(re) {
+                out.push(("node.ready.log".into(), format!("not a regex: {e}")));
+            }
+        }
+        if let Some(url) = &ready.http {
+            if crate::driver::process::http_parts(url).is_none() {
+                out.push(("node.ready.http".into(), format!("{url:?}: give a plain http:// URL, e.g. http://127.0.0.1:${{PORT}}/health (https is not probed)")));
+            }
+        }
+        if ready.exec.as_ref().is_some_and(|a| a.is_empty()) {
+            out.push(("node.ready.exec".into(), "the command is empty: give its argv, e.g. [\"redis-cli\", \"-p\", \"${PORT}\", \"ping\"]".into()));
         }
         let cells = self.cells();
         if cells.is_empty() {
@@ -525,6 +568,15 @@ impl Suite {
         }
         if let Some(t) = &self.node.ready.tcp {
             templated.push(("node.ready.tcp".into(), t));
+        }
+        if let Some(u) = &self.node.ready.http {
+            templated.push(("node.ready.http".into(), u));
+        }
+        if let Some(re) = &self.node.ready.log {
+            templated.push(("node.ready.log".into(), re));
+        }
+        for (i, a) in self.node.ready.exec.iter().flatten().enumerate() {
+            templated.push((format!("node.ready.exec[{i}]"), a));
         }
         if let Some(m) = &self.node.metrics {
             templated.push(("node.metrics.prometheus".into(), &m.prometheus));

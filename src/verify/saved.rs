@@ -18,9 +18,13 @@ use crate::driver::process::{Probe, Spec};
 pub struct SavedNode {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
-    /// `resp` or `tcp`.
+    /// `resp`, `tcp`, `http`, `log` or `exec`.
     pub probe: String,
+    /// The address, URL or regex of the probe.
     pub probe_address: String,
+    /// The argv of an `exec` probe.
+    #[serde(default)]
+    pub probe_argv: Vec<String>,
     pub ready_timeout_s: f64,
     pub stop_signal: String,
     pub grace_s: f64,
@@ -31,15 +35,19 @@ pub struct SavedNode {
 
 impl SavedNode {
     pub fn of(spec: &Spec, target: Option<String>, request_timeout: Duration) -> SavedNode {
-        let (probe, probe_address) = match &spec.probe {
-            Probe::Resp(a) => ("resp", a.clone()),
-            Probe::Tcp(a) => ("tcp", a.clone()),
+        let (probe, probe_address, probe_argv) = match &spec.probe {
+            Probe::Resp(a) => ("resp", a.clone(), vec![]),
+            Probe::Tcp(a) => ("tcp", a.clone(), vec![]),
+            Probe::Http(u) => ("http", u.clone(), vec![]),
+            Probe::Log(re) => ("log", re.clone(), vec![]),
+            Probe::Exec(argv) => ("exec", String::new(), argv.clone()),
         };
         SavedNode {
             argv: spec.argv.clone(),
             env: spec.env.clone(),
             probe: probe.into(),
             probe_address,
+            probe_argv,
             ready_timeout_s: spec.ready_timeout.as_secs_f64(),
             stop_signal: spec.stop_signal.as_str().into(),
             grace_s: spec.grace.as_secs_f64(),
@@ -63,6 +71,9 @@ impl SavedNode {
         let probe = match self.probe.as_str() {
             "resp" => Probe::Resp(self.probe_address.clone()),
             "tcp" => Probe::Tcp(self.probe_address.clone()),
+            "http" => Probe::Http(self.probe_address.clone()),
+            "log" => Probe::Log(self.probe_address.clone()),
+            "exec" => Probe::Exec(self.probe_argv.clone()),
             other => return Err(format!("unknown probe {other:?} in node.json")),
         };
         Ok(Spec {
