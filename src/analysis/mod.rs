@@ -15,6 +15,7 @@ pub fn median(mut v: Vec<f64>) -> Option<f64> {
 
 /// What one memory (or disk) series says, in bytes and bytes per hour.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct SeriesAnalysis {
     pub peak: u64,
     /// Median of the last quarter of the last segment: where it settled.

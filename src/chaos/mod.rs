@@ -133,6 +133,7 @@ pub struct UpgradeRecord {
     #[cfg(feature = "node")]
     pub after: Option<crate::verify::offline::Inspection>,
     /// RocksDB options that differ between the two (option, before, after).
+    #[serde(default)]
     pub options_changed: Vec<(String, Option<String>, Option<String>)>,
 }
 
@@ -153,6 +154,7 @@ pub struct ExecResult {
     pub code: Option<i32>,
     pub log: String,
     /// Seconds it ran.
+    #[serde(default)]
     pub took_s: f64,
     /// The figure its `throughput` regex read from the output (ops/s).
     pub throughput: Option<f64>,

@@ -220,6 +220,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_summary_of_an_older_soak_with_fewer_fields_renders() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = r#"{"schema_version": 1, "suite": "s", "description": "",
+            "verdict": "pass", "run_id": "abc", "seed": 1, "shard": null,
+            "started_at": "2026-11-29T00:00:00Z", "duration_s": 60.0,
+            "suite_file": "s.yaml", "soak_version": "0.1.0",
+            "cells": [{"id": "default", "verdict": "pass", "error": null,
+                "integrity": {"acknowledged": 5, "verified": 5, "lost": 0},
+                "memory": {"peak_rss_bytes": 1048576, "oom_kills": 0},
+                "load": null, "seed": null, "allocator": null}]}"#;
+        std::fs::write(dir.path().join("summary.json"), old).unwrap();
+        let s = render(dir.path()).unwrap();
+        assert_eq!(s.cells[0].integrity.verified, 5);
+        let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+        assert!(md.contains("| `default` | ✅ pass | 5 | 0 |"), "{md}");
+        assert!(dir.path().join("junit.xml").exists());
+    }
+
+    #[test]
     fn a_path_relative_to_another() {
         let r = |a: &str, b: &str| relative(Path::new(a), Path::new(b));
         assert_eq!(r("/r/s/merged", "/r/s/shard1"), PathBuf::from("../shard1"));

@@ -68,29 +68,38 @@ pub struct Summary {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CellResult {
     pub id: String,
+    #[serde(default)]
     pub params: BTreeMap<String, String>,
     pub verdict: Verdict,
     /// Why the cell could not finish (verdict "error").
     pub error: Option<String>,
+    #[serde(default)]
     pub checks: Vec<CheckResult>,
     pub integrity: Integrity,
     pub memory: MemorySummary,
+    #[serde(default)]
     pub restarts: Vec<Restart>,
     pub load: Option<LoadSummary>,
+    #[serde(default)]
     pub phases: Vec<PhaseRecord>,
     /// Paths of the cell's files, relative to the report folder.
+    #[serde(default)]
     pub files: BTreeMap<String, String>,
     pub seed: Option<u64>,
     /// The allocator profile and its library's package version.
     pub allocator: Option<String>,
     /// Chaos actions as done, with the seed of their schedule.
+    #[serde(default)]
     pub chaos: Vec<ChaosRecord>,
     /// Commands the `exec` phases ran: exit code, log, time, throughput.
+    #[serde(default)]
     pub execs: Vec<crate::chaos::ExecResult>,
     /// Upgrades and downgrades, each with its outcome and read-back.
+    #[serde(default)]
     pub upgrades: Vec<crate::chaos::UpgradeRecord>,
     /// `verify: offline` phases: the data directory read with RocksDB.
     #[cfg(feature = "node")]
+    #[serde(default)]
     pub offline: Vec<crate::chaos::OfflineRecord>,
 }
 
@@ -115,6 +124,7 @@ pub struct CheckResult {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct MemorySummary {
     pub peak_rss_bytes: u64,
     /// Proportional and anonymous resident memory, from smaps_rollup.

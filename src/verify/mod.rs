@@ -21,6 +21,7 @@ const PIPELINE: usize = 8;
 
 /// Counts of one verification (or of several, added up).
 #[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct Integrity {
     /// Writes the node acknowledged during the run.
     pub acknowledged: u64,
