@@ -66,10 +66,7 @@ fn rss_series(file: &Path) -> Vec<(f64, u64)> {
 /// Renders `report.md` of the run in `dir` again.
 pub fn render(dir: &Path) -> Result<Summary, String> {
     let s = load(dir)?;
-    let mut md = Vec::new();
-    super::markdown::write(&mut md, &s, &charts(dir, &s)).map_err(|e| e.to_string())?;
-    std::fs::write(dir.join("report.md"), md)
-        .and_then(|()| std::fs::write(dir.join("junit.xml"), super::junit::write(&s)))
+    super::write_rendered(dir, &s, &charts(dir, &s))
         .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
     Ok(s)
 }

@@ -277,6 +277,16 @@ pub fn write_all(
 ) -> std::io::Result<()> {
     let json = serde_json::to_string_pretty(summary).map_err(std::io::Error::other)?;
     std::fs::write(dir.join("summary.json"), json + "\n")?;
+    write_rendered(dir, summary, charts)
+}
+
+/// Writes what is rendered from a summary, `report.md` and `junit.xml`,
+/// into `dir`, replacing them.
+pub fn write_rendered(
+    dir: &Path,
+    summary: &Summary,
+    charts: &BTreeMap<String, Vec<(f64, u64)>>,
+) -> std::io::Result<()> {
     let mut md = Vec::new();
     markdown::write(&mut md, summary, charts)?;
     std::fs::write(dir.join("junit.xml"), junit::write(summary))?;
