@@ -213,10 +213,7 @@ pub fn main() -> i32 {
                 }
                 verdict_code(merged.verdict)
             }
-            Err(e) => {
-                eprintln!("error: {e}");
-                exit::INVALID
-            }
+            Err(e) => report_error(e),
         },
         Command::Report(ReportArgs {
             command: None,
@@ -226,10 +223,7 @@ pub fn main() -> i32 {
                 println!("soak: {}", dir.join("report.md").display());
                 exit::PASS
             }
-            Err(e) => {
-                eprintln!("error: {e}");
-                exit::INVALID
-            }
+            Err(e) => report_error(e),
         },
         Command::Report(ReportArgs {
             command: None,
@@ -448,5 +442,14 @@ fn verdict_code(v: Verdict) -> i32 {
         Verdict::Pass | Verdict::Warn => exit::PASS,
         Verdict::Fail => exit::CHECK_FAILED,
         Verdict::Error => exit::ENVIRONMENT,
+    }
+}
+
+fn report_error(e: crate::report::merge::ReportError) -> i32 {
+    use crate::report::merge::ReportError;
+    eprintln!("error: {e}");
+    match e {
+        ReportError::Invalid(_) => exit::INVALID,
+        ReportError::Environment(_) => exit::ENVIRONMENT,
     }
 }

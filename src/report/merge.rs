@@ -13,6 +13,22 @@ use std::path::{Component, Path, PathBuf};
 
 use super::{Summary, Verdict};
 
+/// Why a report could not be made: the inputs (exit 2), or the place to
+/// write it (exit 3).
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Environment(String),
+}
+
+impl From<String> for ReportError {
+    fn from(s: String) -> ReportError {
+        ReportError::Invalid(s)
+    }
+}
+
 /// Charts of every cell: the RSS samples, from each cell's `samples.csv`.
 pub type Charts = BTreeMap<String, Vec<(f64, u64)>>;
 
@@ -64,10 +80,10 @@ fn rss_series(file: &Path) -> Vec<(f64, u64)> {
 }
 
 /// Renders `report.md` of the run in `dir` again.
-pub fn render(dir: &Path) -> Result<Summary, String> {
+pub fn render(dir: &Path) -> Result<Summary, ReportError> {
     let s = load(dir)?;
     super::write_rendered(dir, &s, &charts(dir, &s))
-        .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
+        .map_err(|e| ReportError::Environment(format!("cannot write in {}: {e}", dir.display())))?;
     Ok(s)
 }
 
@@ -76,7 +92,7 @@ pub fn render(dir: &Path) -> Result<Summary, String> {
 /// refused (a shard merged twice, or runs of different matrices).
 /// Without `out`, the merged report goes next to the first run's folder,
 /// named like a run's (`<UTC time>-<id>`).
-pub fn merge(dirs: &[PathBuf], out: Option<&Path>) -> Result<(Summary, PathBuf), String> {
+pub fn merge(dirs: &[PathBuf], out: Option<&Path>) -> Result<(Summary, PathBuf), ReportError> {
     let mut runs = vec![];
     for d in dirs {
         let d = d
@@ -86,15 +102,17 @@ pub fn merge(dirs: &[PathBuf], out: Option<&Path>) -> Result<(Summary, PathBuf),
         runs.push((d, s));
     }
     let Some((_, first)) = runs.first() else {
-        return Err("give the report folders of the runs to merge".into());
+        return Err(ReportError::Invalid(
+            "give the report folders of the runs to merge".into(),
+        ));
     };
     if let Some((d, s)) = runs.iter().find(|(_, s)| s.suite != first.suite) {
-        return Err(format!(
+        return Err(ReportError::Invalid(format!(
             "{}: a run of suite `{}`, not `{}`: merge the shards of one suite",
             d.display(),
             s.suite,
             first.suite
-        ));
+        )));
     }
     let shard = |s: &Summary| -> Option<(u32, u32)> {
         let (i, n) = s.shard.as_deref()?.split_once('/')?;
@@ -111,10 +129,12 @@ pub fn merge(dirs: &[PathBuf], out: Option<&Path>) -> Result<(Summary, PathBuf),
             chrono::Utc::now().format("%Y%m%dT%H%M%SZ")
         )),
     };
-    std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let env = |e: String| ReportError::Environment(e);
+    std::fs::create_dir_all(&out)
+        .map_err(|e| env(format!("cannot create {}: {e}", out.display())))?;
     let out = out
         .canonicalize()
-        .map_err(|e| format!("{}: {e}", out.display()))?;
+        .map_err(|e| env(format!("{}: {e}", out.display())))?;
     let mut merged = first.clone();
     merged.cells.clear();
     merged.shard = None;
@@ -127,12 +147,12 @@ pub fn merge(dirs: &[PathBuf], out: Option<&Path>) -> Result<(Summary, PathBuf),
         let mut cells = vec![];
         for c in &s.cells {
             if let Some(other) = seen.insert(c.id.clone(), dir.clone()) {
-                return Err(format!(
+                return Err(ReportError::Invalid(format!(
                     "cell `{}` is in {} and in {}: each shard once, please",
                     c.id,
                     other.display(),
                     dir.display()
-                ));
+                )));
             }
             let mut c = c.clone();
             for f in c.files.values_mut() {
@@ -179,7 +199,7 @@ pub fn merge(dirs: &[PathBuf], out: Option<&Path>) -> Result<(Summary, PathBuf),
         merged.verdict = Verdict::Error;
     }
     super::write_all(&out, &merged, &charts)
-        .map_err(|e| format!("cannot write the report in {}: {e}", out.display()))?;
+        .map_err(|e| env(format!("cannot write the report in {}: {e}", out.display())))?;
     Ok((merged, out))
 }
 
