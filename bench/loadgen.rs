@@ -15,6 +15,10 @@ use std::time::Duration;
 
 use soak::workload::{dist::Distribution, Engine, LoadConfig};
 
+#[path = "need.rs"]
+mod need_tool;
+use need_tool::need;
+
 const CONNECTIONS: usize = 8;
 const KEYS: usize = 100_000;
 const VALUE: usize = 100;
@@ -34,19 +38,6 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port on 127.0.0.1")
-}
-
-fn need(tool: &str, package: &str) {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !found {
-        eprintln!("{tool} is missing: apt-get install {package}");
-        std::process::exit(3);
-    }
 }
 
 /// redis-benchmark's requests per second for one test.

@@ -15,18 +15,9 @@ use std::time::Instant;
 
 use soak::verify::offline;
 
-fn need(tool: &str) {
-    let ok = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        eprintln!("{tool} is missing: apt-get install rocksdb-tools");
-        std::process::exit(3);
-    }
-}
+#[path = "need.rs"]
+mod need_tool;
+use need_tool::need;
 
 fn timed(mut cmd: Command) -> f64 {
     let t = Instant::now();
@@ -46,7 +37,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() {
     for t in ["db_bench", "ldb", "sst_dump"] {
-        need(t);
+        need(t, "rocksdb-tools");
     }
     let keys: u64 = std::env::args()
         .nth(1)
