@@ -72,16 +72,10 @@ pub fn cleanup(run: Option<&str>) -> Cleaned {
     let processes = kill_labelled(run);
     let mut cgroups = vec![];
     if let Ok(h) = cgroup::detect() {
-        // Search from the controller's root: the run may have been made
-        // from another cgroup than the one this command runs in.
-        let mut root = h.own.clone();
-        while let Some(parent) = root.parent() {
-            if !parent.join("cgroup.procs").exists() {
-                break;
-            }
-            root = parent.to_path_buf();
-        }
-        walk(&root, 8, h.version, run, &mut cgroups);
+        // From the hierarchy's root (as this process sees it): the run may
+        // have been made from another cgroup than the one this command runs
+        // in, and on v2 its cgroups may sit beneath an ancestor of it.
+        walk(&h.mount, 8, h.version, run, &mut cgroups);
     }
     Cleaned { processes, cgroups }
 }

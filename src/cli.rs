@@ -60,6 +60,14 @@ enum Command {
     /// Finished runs' reports: `soak report DIR` renders DIR/report.md
     /// again from its summary.json and samples; `compare` and `merge`.
     Report(ReportArgs),
+    /// What soak can do on this host (cgroups and where soak would place
+    /// its own, allocators, tools, Docker, disk) and what to install or
+    /// change for the rest. Exit 0 when suites/smoke.yaml can run, else 3.
+    Doctor {
+        /// The reports folder whose free disk to check.
+        #[arg(long, default_value = "reports")]
+        out: PathBuf,
+    },
     /// Remove what interrupted runs left: processes and cgroups labelled by soak.
     Cleanup {
         /// Only this run id (the suffix of the report folder).
@@ -137,8 +145,26 @@ pub fn interval(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// The name under which `soak` serves as the reference node.
+pub const NODE_NAME: &str = "soak-node";
+
+#[cfg(feature = "node")]
+/// Whether this process was started as `soak-node` (through a link).
+fn started_as_node() -> bool {
+    std::env::args_os().next().is_some_and(|a0| {
+        std::path::Path::new(&a0)
+            .file_name()
+            .is_some_and(|n| n == NODE_NAME)
+    })
+}
+
 /// Runs the command line; returns the exit code.
 pub fn main() -> i32 {
+    #[cfg(feature = "node")]
+    if started_as_node() {
+        use clap::Parser;
+        return crate::node::server::run(crate::node::NodeArgs::parse());
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -187,6 +213,7 @@ pub fn main() -> i32 {
             exit::PASS
         }
         Command::Run(opts) => run_command(opts),
+        Command::Doctor { out } => crate::doctor::doctor(&out),
         Command::Verify { cell, target } => verify_command(&cell, target),
         Command::Report(ReportArgs {
             command:

@@ -11,6 +11,7 @@ pub mod analysis;
 pub mod chaos;
 pub mod cleanup;
 pub mod cli;
+pub mod doctor;
 pub mod driver;
 pub mod exit;
 pub mod glob;

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use crate::analysis;
 use crate::chaos::{Cell, CellError, Context, Events};
 use crate::driver::allocator;
-use crate::driver::cgroup::{self, Cgroup};
+use crate::driver::cgroup;
 use crate::driver::process::{Probe, ProcessNode, Spec};
 use crate::driver::DriverError;
 use crate::exit;
@@ -78,22 +78,45 @@ fn free_port() -> std::io::Result<u16> {
         .port())
 }
 
-/// `soak-node` next to the running `soak` (the cargo target folder or an
-/// install prefix), else `$SOAK_NODE`, else `soak-node` on the PATH.
-pub fn find_soak_node() -> String {
+/// What `${SOAK_NODE}` names: `$SOAK_NODE` when set; else soak itself,
+/// through a link named `soak-node` in the run's folder (soak answers to
+/// that name as the reference node: see `src/bin/soak.rs`), so the node is
+/// always the one built with this soak and `cargo run --bin soak` is all a
+/// fresh clone needs; without the built-in node (`--no-default-features`),
+/// the `soak-node` beside soak or on the PATH.
+pub fn soak_node(run_dir: &Path) -> Result<String, RunError> {
     if let Ok(p) = std::env::var("SOAK_NODE") {
-        return p;
+        return Ok(p);
     }
-    if let Ok(exe) = std::env::current_exe() {
-        if let Some(dir) = exe.parent() {
-            for candidate in [dir.join("soak-node"), dir.join("../soak-node")] {
-                if candidate.is_file() {
-                    return candidate.to_string_lossy().into_owned();
-                }
-            }
+    if cfg!(feature = "node") {
+        let exe = std::env::current_exe().map_err(|e| {
+            RunError::Environment(format!("cannot find soak's own executable: {e}"))
+        })?;
+        let run_dir = run_dir
+            .canonicalize()
+            .unwrap_or_else(|_| run_dir.to_path_buf());
+        let link = run_dir.join("bin").join(crate::cli::NODE_NAME);
+        if std::fs::read_link(&link).ok().as_deref() != Some(exe.as_path()) {
+            let made = std::fs::create_dir_all(run_dir.join("bin"))
+                .and_then(|()| std::os::unix::fs::symlink(&exe, &link));
+            made.map_err(|e| {
+                RunError::Environment(format!(
+                    "cannot link {} to {}: {e}",
+                    link.display(),
+                    exe.display()
+                ))
+            })?;
         }
+        return Ok(link.display().to_string());
     }
-    "soak-node".into()
+    if let Some(beside) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join(crate::cli::NODE_NAME)))
+        .filter(|p| p.is_file())
+    {
+        return Ok(beside.display().to_string());
+    }
+    Ok(crate::cli::NODE_NAME.into())
 }
 
 static RUN_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -137,6 +160,18 @@ pub async fn run(
     let suite = Suite::load(&opts.suite)?;
     let cells = select_cells(&suite, opts)?;
     let run_id = RUN_ID.get_or_init(new_run_id).clone();
+    // Where the nodes' cgroups go: decided once, before anything is made,
+    // and undone when the run ends (see `driver::cgroup::place`). Without
+    // a limit, a node runs without a cgroup where soak may make none.
+    let placement = match cgroup::place::place(&run_id) {
+        Ok(p) => Some(p),
+        Err(e) if suite.limits.need_cgroup() => {
+            return Err(RunError::Environment(format!(
+                "limits.memory needs a memory cgroup: {e}"
+            )))
+        }
+        Err(_) => None,
+    };
     let started = chrono::Utc::now();
     let dir = opts
         .out
@@ -165,6 +200,7 @@ pub async fn run(
         match run_cell(
             &suite,
             opts,
+            placement.as_ref(),
             &run_id,
             cell,
             index,
@@ -226,6 +262,7 @@ fn error_cell(cell: &CellDef, e: &RunError) -> CellResult {
         upgrades: vec![],
         #[cfg(feature = "node")]
         offline: vec![],
+        cgroup: None,
     }
 }
 
@@ -284,6 +321,7 @@ fn folder(id: &str) -> String {
 async fn run_cell(
     suite: &Suite,
     opts: &RunOptions,
+    placement: Option<&cgroup::place::Placement>,
     run_id: &str,
     def: &CellDef,
     index: usize,
@@ -317,7 +355,7 @@ async fn run_cell(
     );
     vars.insert("DATA_DIR".to_string(), data_dir.display().to_string());
     vars.insert("CELL_DIR".to_string(), cell_dir.display().to_string());
-    vars.insert("SOAK_NODE".to_string(), find_soak_node());
+    vars.insert("SOAK_NODE".to_string(), soak_node(run_dir)?);
     let suite_dir = std::fs::canonicalize(&opts.suite)
         .ok()
         .and_then(|p| p.parent().map(Path::to_path_buf))
@@ -415,21 +453,19 @@ async fn run_cell(
     // The cgroup: required for a memory limit; otherwise used when it can be.
     let memory_limit = suite.limits.memory.map(|s| s.0);
     let cgroup_name = format!("{}{run_id}-{index}", cgroup::PREFIX);
-    let cg = match cgroup::detect().and_then(|h| {
-        Cgroup::create(
-            &h,
-            &cgroup_name,
-            memory_limit,
-            suite.limits.swap.map(|s| s.0),
-        )
-    }) {
-        Ok(cg) => Some(cg),
-        Err(e) if memory_limit.is_some() => {
+    let limits = cgroup::Limits {
+        memory: memory_limit,
+        high: suite.limits.high.map(|s| s.0),
+        swap: suite.limits.swap.map(|s| s.0),
+    };
+    let cg = match placement.map(|p| p.create(&cgroup_name, limits)) {
+        Some(Ok(cg)) => Some(cg),
+        Some(Err(e)) if suite.limits.need_cgroup() => {
             return Err(RunError::Environment(format!(
-                "limits.memory needs a cgroup: {e}"
+                "limits.memory needs a memory cgroup: {e}"
             )))
         }
-        Err(_) => None,
+        _ => None,
     };
     let cg_view = cg.as_ref().map(|c| Arc::new(c.view()));
     // For `soak verify` of this cell, should soak itself not finish.
@@ -578,7 +614,9 @@ async fn run_cell(
         None => None,
     };
     if let Some(s) = &scrapes {
-        if s.ok == 0 {
+        // Said only when scrapes were tried: a node that never got ready
+        // was never scraped, and that is its own error.
+        if s.ok == 0 && s.failed + s.empty > 0 {
             events.emit(
                 "metrics",
                 format!(
@@ -594,6 +632,10 @@ async fn run_cell(
         }
     }
     let oom_kills = cg_view.as_ref().map(|c| c.oom_kills()).unwrap_or(0);
+    // The kernel's own counters, before the cgroup goes with the node.
+    let cgroup_summary = cg_view
+        .as_deref()
+        .map(|c| cgroup_summary(c, placement, &samples));
     node.shutdown();
 
     // A node that never got ready is the environment's failure (exit 3).
@@ -630,7 +672,13 @@ async fn run_cell(
         peak_rss_bytes: rss.peak,
         peak_pss_bytes: pss.peak,
         peak_anon_bytes: anon.peak,
-        peak_cgroup_bytes: cgroup_series.peak,
+        // The kernel's peak, where it keeps one: sampling misses spikes.
+        peak_cgroup_bytes: cgroup_series.peak.max(
+            cgroup_summary
+                .as_ref()
+                .and_then(|c| c.peak_bytes)
+                .unwrap_or(0),
+        ),
         limit_bytes: memory_limit,
         slope_bytes_per_hour: rss.slope_per_hour,
         cgroup_slope_bytes_per_hour: cgroup_series.slope_per_hour,
@@ -719,14 +767,47 @@ async fn run_cell(
             upgrades,
             #[cfg(feature = "node")]
             offline,
+            cgroup: cgroup_summary,
         },
         chart,
     ))
 }
 
-/// Significance level of the growth test: a trend must be this unlikely
-/// under "no growth" before a check fails on it.
-pub const GROWTH_ALPHA: f64 = 0.01;
+/// What a node's cgroup recorded, from its files and the samples.
+fn cgroup_summary(
+    c: &cgroup::Cgroup,
+    placement: Option<&cgroup::place::Placement>,
+    samples: &[Sample],
+) -> report::CgroupSummary {
+    let events = c.events();
+    let pressure = c.pressure();
+    let max_of = |f: fn(&Sample) -> Option<f64>| {
+        samples
+            .iter()
+            .filter_map(f)
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+    };
+    report::CgroupSummary {
+        version: match c.version {
+            cgroup::Version::V1 => "v1".into(),
+            cgroup::Version::V2 => "v2".into(),
+        },
+        path: c.path.display().to_string(),
+        placement: placement.map(|p| p.plan.to_string()).unwrap_or_default(),
+        peak_bytes: c.peak(),
+        high_bytes: c.high_limit(),
+        events_high: events.high,
+        events_max: events.max,
+        events_oom: events.oom,
+        oom_kills: events.oom_kill,
+        pressure_some_avg10_max: max_of(|s| s.pressure_some),
+        pressure_full_avg10_max: max_of(|s| s.pressure_full),
+        pressure_some_stall_s: pressure.map(|p| p.some_total_us as f64 / 1e6),
+        pressure_full_stall_s: pressure.map(|p| p.full_total_us as f64 / 1e6),
+    }
+}
+
+pub use crate::analysis::GROWTH_ALPHA;
 
 fn verdict_of(ok: bool, severity: Severity) -> Verdict {
     match (ok, severity) {

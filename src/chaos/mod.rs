@@ -78,6 +78,19 @@ impl Events {
     }
 }
 
+/// A restart's reason as a reader says it.
+fn restart_cause(reason: &str) -> &str {
+    match reason {
+        "kill" => "the planned kill",
+        "stop" => "the planned stop",
+        "restart" => "a planned restart",
+        "chaos" => "a chaos action",
+        "oom" => "an OOM kill",
+        "crash" => "a crash",
+        other => other,
+    }
+}
+
 /// Why a cell stopped early.
 #[derive(Debug, thiserror::Error)]
 pub enum CellError {
@@ -274,16 +287,17 @@ impl<'a> Cell<'a> {
         let (reason, at, exit) =
             self.down_reason
                 .take()
-                .unwrap_or(("chaos", self.events.t(), "stopped".into()));
+                .unwrap_or(("stop", self.events.t(), "stopped".into()));
         self.target.segment.fetch_add(1, Relaxed);
         let ready = self.node.start().await?;
         self.set_up(true);
         self.events.emit(
             "ready",
             format!(
-                "pid {} after {} ms ({reason} restart)",
+                "pid {} after {} ms (restart after {})",
                 self.node.pid().unwrap_or(0),
-                ready.as_millis()
+                ready.as_millis(),
+                restart_cause(reason)
             ),
         );
         self.restarts.push(Restart {
@@ -361,25 +375,27 @@ impl<'a> Cell<'a> {
         }
     }
 
-    async fn kill(&mut self, sig: Signal) -> Result<String, CellError> {
+    /// `by`: what asked for it, for the restart's reason (`kill`, `chaos`).
+    async fn kill(&mut self, sig: Signal, by: &'static str) -> Result<String, CellError> {
         self.supervise().await?;
         let at = self.events.t();
         let status = self.node.kill(sig).await?;
         self.set_up(false);
         self.events
             .emit("killed", format!("{} ({})", sig.as_str(), describe(status)));
-        self.down_reason = Some(("chaos", at, format!("{} from soak", sig.as_str())));
+        self.down_reason = Some((by, at, format!("{} from soak", sig.as_str())));
         Ok(format!("killed: {}", describe(status)))
     }
 
-    async fn stop(&mut self) -> Result<String, CellError> {
+    /// `by`: what asked for it, for the restart's reason (`stop`, `chaos`).
+    async fn stop(&mut self, by: &'static str) -> Result<String, CellError> {
         self.supervise().await?;
         let at = self.events.t();
         let status = self.node.stop().await?;
         self.set_up(false);
         let how = describe(status);
         self.events.emit("stopped", how.clone());
-        self.down_reason = Some(("chaos", at, format!("graceful stop, {how}")));
+        self.down_reason = Some((by, at, format!("graceful stop, {how}")));
         Ok(format!("stopped: {how}"))
     }
 
@@ -755,14 +771,14 @@ impl<'a> Cell<'a> {
             self.chaos.push((seed, *p));
             match p.action {
                 Action::Kill => {
-                    self.kill(c.signal.0).await?;
+                    self.kill(c.signal.0, "chaos").await?;
                     self.start().await?;
                 }
                 Action::Pause => {
                     self.pause_node(c.pause.mul_f64(self.ctx.scale)).await?;
                 }
                 Action::Restart => {
-                    self.stop().await?;
+                    self.stop("chaos").await?;
                     self.start().await?;
                 }
             }
@@ -806,7 +822,7 @@ impl<'a> Cell<'a> {
                 self.hold(d.mul_f64(scale)).await?;
                 Ok("waited".into())
             }
-            Phase::Kill(sig) => self.kill(sig.0).await,
+            Phase::Kill(sig) => self.kill(sig.0, "kill").await,
             Phase::Start => {
                 self.start().await?;
                 Ok(format!(
@@ -816,10 +832,10 @@ impl<'a> Cell<'a> {
             }
             Phase::Stop => {
                 self.pause_load().await;
-                self.stop().await
+                self.stop("stop").await
             }
             Phase::Restart => {
-                let stopped = self.stop().await?;
+                let stopped = self.stop("restart").await?;
                 self.start().await?;
                 Ok(format!(
                     "{stopped}; ready after {} ms",
@@ -836,11 +852,25 @@ impl<'a> Cell<'a> {
                 };
                 cg.set_memory_limit(size.0)
                     .map_err(|e| CellError::Setup(e.to_string()))?;
-                self.events.emit(
-                    "limit",
-                    format!("memory limit now {}", crate::units::Bytes(size.0)),
+                // What the kernel holds now, read back from its file.
+                let file = match cg.version {
+                    crate::driver::cgroup::Version::V1 => "memory.limit_in_bytes",
+                    crate::driver::cgroup::Version::V2 => "memory.max",
+                };
+                let now = cg.memory_limit();
+                if now != Some(size.0) {
+                    return Err(CellError::Setup(format!(
+                        "the memory limit was set to {} bytes, and {file} reads {now:?}",
+                        size.0
+                    )));
+                }
+                let text = format!(
+                    "memory limit {} ({file} read back: {})",
+                    crate::units::Bytes(size.0),
+                    size.0
                 );
-                Ok(format!("memory limit {}", crate::units::Bytes(size.0)))
+                self.events.emit("limit", text.clone());
+                Ok(text)
             }
             Phase::Verify => self.verify().await,
             #[cfg(feature = "node")]

@@ -181,6 +181,9 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
         Bytes(m.peak_disk_bytes),
         m.samples
     )?;
+    if let Some(cg) = &c.cgroup {
+        cgroup_line(w, cg)?;
+    }
     series_table(w, m)?;
     if let Some(f) = m.fragmentation {
         writeln!(
@@ -465,6 +468,47 @@ fn chart_rss(
         writeln!(w, "    line [{}]", flat.join(", "))?;
     }
     writeln!(w, "```\n")
+}
+
+/// What the node's cgroup counted: the kernel's peak, how often the limits
+/// were hit, and memory pressure.
+fn cgroup_line(w: &mut impl Write, cg: &super::CgroupSummary) -> io::Result<()> {
+    let mut parts = vec![];
+    if let Some(p) = cg.peak_bytes {
+        parts.push(format!("kernel's peak {}", Bytes(p)));
+    }
+    if let Some(h) = cg.high_bytes {
+        parts.push(format!(
+            "`memory.high` {} went over {} times (throttled and reclaimed)",
+            Bytes(h),
+            cg.events_high
+        ));
+    }
+    parts.push(format!(
+        "at its limit {} times, OOM killer {} times ({} killed)",
+        cg.events_max, cg.events_oom, cg.oom_kills
+    ));
+    if let (Some(some), Some(full)) = (cg.pressure_some_avg10_max, cg.pressure_full_avg10_max) {
+        parts.push(format!(
+            "memory pressure up to {some:.1}% some / {full:.1}% full (avg10){}",
+            match (cg.pressure_some_stall_s, cg.pressure_full_stall_s) {
+                (Some(s), Some(f)) => format!(", {s:.1} s / {f:.1} s stalled in all"),
+                _ => String::new(),
+            }
+        ));
+    }
+    writeln!(
+        w,
+        "**cgroup {}:** {}. `{}`{}\n",
+        cg.version,
+        parts.join("; "),
+        cg.path,
+        if cg.placement.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", cg.placement)
+        }
+    )
 }
 
 /// Per series: peak, where it settled, the growth with its interval and

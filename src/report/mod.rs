@@ -101,6 +101,39 @@ pub struct CellResult {
     #[cfg(feature = "node")]
     #[serde(default)]
     pub offline: Vec<crate::chaos::OfflineRecord>,
+    /// The node's cgroup and what its kernel counters recorded.
+    #[serde(default)]
+    pub cgroup: Option<CgroupSummary>,
+}
+
+/// The node's cgroup: where it was, and the kernel's own counters, read
+/// just before it was removed.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CgroupSummary {
+    /// `v1` or `v2`.
+    pub version: String,
+    pub path: String,
+    /// How soak got a place for it (see `soak doctor`).
+    pub placement: String,
+    /// The kernel's peak usage: v2 `memory.peak` (Linux 5.19+), v1
+    /// `memory.max_usage_in_bytes`.
+    pub peak_bytes: Option<u64>,
+    /// `limits.high`: v2's `memory.high`.
+    pub high_bytes: Option<u64>,
+    /// `memory.events`: times throttled over `memory.high`, times at
+    /// `memory.max` (v1: `memory.failcnt`), OOM killer runs and kills.
+    pub events_high: u64,
+    pub events_max: u64,
+    pub events_oom: u64,
+    pub oom_kills: u64,
+    /// Memory pressure (PSI, v2): the highest sampled share of 10 s in
+    /// which some / all of the node's tasks stalled, in percent, and the
+    /// whole stall in seconds.
+    pub pressure_some_avg10_max: Option<f64>,
+    pub pressure_full_avg10_max: Option<f64>,
+    pub pressure_some_stall_s: Option<f64>,
+    pub pressure_full_stall_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -163,7 +196,8 @@ pub struct ScrapeSummary {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Restart {
-    /// "chaos", "oom", "crash" or "upgrade".
+    /// What took the node down: a planned `kill`, `stop` or `restart`
+    /// phase, a `chaos` action, an `oom` kill, a `crash`, or an `upgrade`.
     pub reason: String,
     /// Seconds since the cell started, when the node was down.
     pub at_s: f64,

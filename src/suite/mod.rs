@@ -180,8 +180,22 @@ impl Default for StopSpec {
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
+    /// The hard limit: cgroup v2's `memory.max` (v1 `memory.limit_in_bytes`);
+    /// past it the kernel's OOM killer kills the node.
     pub memory: Option<Size>,
+    /// cgroup v2's `memory.high`: past it the kernel throttles the node and
+    /// reclaims its memory instead of killing it (v2 only).
+    pub high: Option<Size>,
+    /// Swap on top of `memory` (`0B`: none).
     pub swap: Option<Size>,
+}
+
+impl Limits {
+    /// Whether the node needs a memory cgroup (a run without one is then
+    /// an error of the environment, not a run without limits).
+    pub fn need_cgroup(&self) -> bool {
+        self.memory.is_some() || self.high.is_some()
+    }
 }
 
 /// The built-in RESP load.
@@ -349,6 +363,11 @@ impl Suite {
         let mut out = vec![];
         if self.node.command.is_empty() {
             out.push(("node.command".into(), "the command is empty: give the node's argv, e.g. [\"${SOAK_NODE}\", \"--port\", \"${PORT}\"]".into()));
+        }
+        if let (Some(high), Some(max)) = (self.limits.high, self.limits.memory) {
+            if high.0 > max.0 {
+                out.push(("limits.high".into(), format!("`high` ({}) is above `memory` ({}): the node would be killed before it is ever throttled; give a `high` below `memory`", crate::units::Bytes(high.0), crate::units::Bytes(max.0))));
+            }
         }
         let ready = &self.node.ready;
         match ready.given().as_slice() {

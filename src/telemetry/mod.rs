@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use crate::driver::cgroup::Cgroup;
 
 /// One sample. Byte figures are 0 when there was nothing to read.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Sample {
     /// Seconds since the cell started.
     pub t: f64,
@@ -36,6 +36,49 @@ pub struct Sample {
     pub cgroup_file: u64,
     /// Bytes the node's data directory takes on disk.
     pub disk: u64,
+    /// Kernel memory charged to the cgroup (v1: kmem usage).
+    pub cgroup_kernel: u64,
+    pub cgroup_shmem: u64,
+    /// Socket buffers charged to the cgroup (v2).
+    pub cgroup_sock: u64,
+    /// Memory pressure (PSI, v2): the share of the last 10 s in which some
+    /// (`full`: all) of the node's tasks stalled on memory, in percent.
+    pub pressure_some: Option<f64>,
+    pub pressure_full: Option<f64>,
+    /// Running counts of `memory.events`: throttled over `memory.high`,
+    /// and hits of `memory.max` (v1: `memory.failcnt`).
+    pub events_high: u64,
+    pub events_max: u64,
+}
+
+/// The header of `samples.csv`; columns are only ever added at the end.
+pub const SAMPLES_HEADER: &str = "t_s,segment,up,rss_bytes,pss_bytes,anon_bytes,cgroup_bytes,cgroup_anon_bytes,cgroup_file_bytes,disk_bytes,cgroup_kernel_bytes,cgroup_shmem_bytes,cgroup_sock_bytes,memory_pressure_some_avg10,memory_pressure_full_avg10,memory_events_high,memory_events_max";
+
+impl Sample {
+    /// One line of `samples.csv` (a figure that could not be read is empty).
+    pub fn csv_line(&self) -> String {
+        let opt = |v: Option<f64>| v.map(|v| format!("{v:.2}")).unwrap_or_default();
+        format!(
+            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            self.t,
+            self.segment,
+            u8::from(self.up),
+            self.rss,
+            self.pss,
+            self.anon,
+            self.cgroup,
+            self.cgroup_anon,
+            self.cgroup_file,
+            self.disk,
+            self.cgroup_kernel,
+            self.cgroup_shmem,
+            self.cgroup_sock,
+            opt(self.pressure_some),
+            opt(self.pressure_full),
+            self.events_high,
+            self.events_max,
+        )
+    }
 }
 
 /// What the sampler reads from; the phase engine updates it as the node
@@ -135,7 +178,10 @@ impl Target {
             (None, 0) => vec![],
             (None, pid) => process_tree(pid),
         };
-        let mem = self.cgroup.as_ref().map(|c| c.memory()).unwrap_or_default();
+        let cg = self.cgroup.as_deref();
+        let mem = cg.map(|c| c.memory()).unwrap_or_default();
+        let events = cg.map(|c| c.events()).unwrap_or_default();
+        let pressure = cg.and_then(|c| c.pressure());
         let mems: Vec<(u64, u64, u64)> = pids.iter().map(|p| memory_of(*p)).collect();
         Sample {
             t,
@@ -148,6 +194,13 @@ impl Target {
             cgroup_anon: mem.anon,
             cgroup_file: mem.file,
             disk: self.data_dir.as_deref().map(disk_usage).unwrap_or(0),
+            cgroup_kernel: mem.kernel,
+            cgroup_shmem: mem.shmem,
+            cgroup_sock: mem.sock,
+            pressure_some: pressure.map(|p| p.some_avg10),
+            pressure_full: pressure.map(|p| p.full_avg10),
+            events_high: events.high,
+            events_max: events.max,
         }
     }
 }
@@ -167,10 +220,7 @@ impl Sampler {
         origin: tokio::time::Instant,
     ) -> std::io::Result<Sampler> {
         let mut file = std::fs::File::create(&csv)?;
-        writeln!(
-            file,
-            "t_s,segment,up,rss_bytes,pss_bytes,anon_bytes,cgroup_bytes,cgroup_anon_bytes,cgroup_file_bytes,disk_bytes"
-        )?;
+        writeln!(file, "{SAMPLES_HEADER}")?;
         let samples = Arc::new(Mutex::new(Vec::new()));
         let (stop, mut stopped) = watch::channel(false);
         let store = samples.clone();
@@ -184,11 +234,7 @@ impl Sampler {
                         let target = target.clone();
                         let t = origin.elapsed().as_secs_f64();
                         let Ok(s) = tokio::task::spawn_blocking(move || target.sample(t)).await else { continue };
-                        let _ = writeln!(
-                            file,
-                            "{:.3},{},{},{},{},{},{},{},{},{}",
-                            s.t, s.segment, u8::from(s.up), s.rss, s.pss, s.anon, s.cgroup, s.cgroup_anon, s.cgroup_file, s.disk
-                        );
+                        let _ = writeln!(file, "{}", s.csv_line());
                         let _ = file.flush();
                         store.lock().expect("samples lock").push(s);
                     }

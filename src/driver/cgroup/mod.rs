@@ -1,11 +1,12 @@
 //! Memory cgroups, v1 and v2, written directly through cgroupfs.
 //!
-//! Each node gets its own cgroup, made beneath the cgroup soak runs in (as
-//! `/proc/self/cgroup` names it), named `soak-<run id>-<cell>` so that
-//! `soak cleanup` can find what an interrupted run left. The layout differs
-//! between the versions only in file names and formats, which
-//! [`Version`] hides; tests point [`Cgroup::create_in`] at a directory tree
-//! shaped like cgroupfs to check the v2 logic where the kernel offers v1.
+//! Each node gets its own cgroup, named `soak-<run id>-<cell>` so that
+//! `soak cleanup` can find what an interrupted run left. Where those
+//! cgroups may be made is [`place`]'s decision (on v2 it is not simply
+//! beneath soak's own cgroup). The layout differs between the versions only
+//! in file names and formats, which [`Version`] hides.
+
+pub mod place;
 
 use std::fs;
 use std::io;
@@ -33,6 +34,10 @@ pub enum CgroupError {
         #[source]
         source: io::Error,
     },
+    #[error("limits.high needs cgroup v2 (`memory.high`); this host's memory controller is cgroup v1. Drop `high` or run where cgroup v2 has the memory controller")]
+    HighNeedsV2,
+    #[error("{0}")]
+    NoAccess(#[from] place::NoAccess),
     #[error("cannot write {value:?} to {path}: {source}")]
     Write {
         path: PathBuf,
@@ -46,7 +51,10 @@ pub enum CgroupError {
 #[derive(Debug, Clone)]
 pub struct Hierarchy {
     pub version: Version,
-    /// The cgroup soak itself runs in; node cgroups are made beneath it.
+    /// Where the hierarchy is mounted: its root as this process sees it
+    /// (inside a cgroup namespace, the namespace's root).
+    pub mount: PathBuf,
+    /// The cgroup soak itself runs in.
     pub own: PathBuf,
 }
 
@@ -103,6 +111,7 @@ pub fn detect_from(mountinfo: &str, proc_cgroup: &str) -> Option<Hierarchy> {
             if let Some(path) = own_path(true) {
                 return Some(Hierarchy {
                     version: Version::V2,
+                    mount: PathBuf::from(point),
                     own: join(root, point, &path),
                 });
             }
@@ -112,6 +121,7 @@ pub fn detect_from(mountinfo: &str, proc_cgroup: &str) -> Option<Hierarchy> {
         let path = own_path(false).unwrap_or_else(|| "/".into());
         return Some(Hierarchy {
             version: Version::V1,
+            mount: PathBuf::from(point),
             own: join(root, point, &path),
         });
     }
@@ -126,6 +136,61 @@ pub struct MemoryStat {
     pub file: u64,
     pub kernel: u64,
     pub shmem: u64,
+    /// Socket buffers (v2 only).
+    pub sock: u64,
+}
+
+/// How often the cgroup hit its limits, from v2's `memory.events` (v1 has
+/// only `memory.failcnt`, counted as `max`, and the OOM counter).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MemoryEvents {
+    /// Times usage went over `memory.high` and was throttled and reclaimed.
+    pub high: u64,
+    /// Times usage was about to go over `memory.max`.
+    pub max: u64,
+    /// Times the cgroup's OOM killer was invoked.
+    pub oom: u64,
+    /// Processes it killed.
+    pub oom_kill: u64,
+}
+
+/// Memory pressure (PSI) of the cgroup, v2's `memory.pressure`: the share
+/// of the last 10 s in which some (or all) of its tasks stalled on memory,
+/// in percent, and the total stall time in microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Pressure {
+    pub some_avg10: f64,
+    pub full_avg10: f64,
+    pub some_total_us: u64,
+    pub full_total_us: u64,
+}
+
+impl Pressure {
+    /// Parses `some avg10=0.00 avg60=0.00 avg300=0.00 total=0` lines.
+    pub fn parse(text: &str) -> Option<Pressure> {
+        let mut p = Pressure::default();
+        let mut seen = false;
+        for line in text.lines() {
+            let mut fields = line.split_whitespace();
+            let kind = fields.next()?;
+            let mut avg10 = 0.0;
+            let mut total = 0;
+            for f in fields {
+                match f.split_once('=') {
+                    Some(("avg10", v)) => avg10 = v.parse().ok()?,
+                    Some(("total", v)) => total = v.parse().ok()?,
+                    _ => {}
+                }
+            }
+            match kind {
+                "some" => (p.some_avg10, p.some_total_us) = (avg10, total),
+                "full" => (p.full_avg10, p.full_total_us) = (avg10, total),
+                _ => continue,
+            }
+            seen = true;
+        }
+        seen.then_some(p)
+    }
 }
 
 /// A cgroup made by soak, removed (after killing what is left in it) when
@@ -162,27 +227,26 @@ fn keyed(text: &str, key: &str) -> Option<u64> {
     })
 }
 
-impl Cgroup {
-    /// Makes `<own cgroup>/<name>` with the given limits.
-    pub fn create(
-        h: &Hierarchy,
-        name: &str,
-        memory: Option<u64>,
-        swap: Option<u64>,
-    ) -> Result<Cgroup, CgroupError> {
-        if h.version == Version::V2 {
-            enable_memory_controller(&h.own)?;
-        }
-        Cgroup::create_in(&h.own, h.version, name, memory, swap)
-    }
+/// The limits a node's cgroup is made with.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Limits {
+    /// The hard limit: `memory.max` (v1 `memory.limit_in_bytes`).
+    pub memory: Option<u64>,
+    /// The throttling limit, v2's `memory.high` (v1 has none).
+    pub high: Option<u64>,
+    /// Swap on top of `memory` (`0`: none).
+    pub swap: Option<u64>,
+}
 
-    /// Makes `<parent>/<name>` in a tree of the given version.
+impl Cgroup {
+    /// Makes `<parent>/<name>` in a tree of the given version, with the
+    /// given limits. The parent must already give its children the memory
+    /// controller (see [`place`]).
     pub fn create_in(
         parent: &Path,
         version: Version,
         name: &str,
-        memory: Option<u64>,
-        swap: Option<u64>,
+        limits: Limits,
     ) -> Result<Cgroup, CgroupError> {
         let path = parent.join(name);
         fs::create_dir(&path).map_err(|source| CgroupError::Create {
@@ -194,11 +258,14 @@ impl Cgroup {
             version,
             removed: false,
         };
-        if let Some(limit) = memory {
+        if let Some(limit) = limits.memory {
             cg.set_memory_limit(limit)?;
         }
-        if let Some(swap) = swap {
-            cg.set_swap_limit(swap, memory)?;
+        if let Some(high) = limits.high {
+            cg.set_high(high)?;
+        }
+        if let Some(swap) = limits.swap {
+            cg.set_swap_limit(swap, limits.memory)?;
         }
         Ok(cg)
     }
@@ -217,6 +284,15 @@ impl Cgroup {
         }
     }
 
+    /// v2's `memory.high`: above it the kernel throttles and reclaims
+    /// instead of killing. v1 has no such limit.
+    pub fn set_high(&self, bytes: u64) -> Result<(), CgroupError> {
+        match self.version {
+            Version::V1 => Err(CgroupError::HighNeedsV2),
+            Version::V2 => write(&self.path.join("memory.high"), &bytes.to_string()),
+        }
+    }
+
     /// Swap on top of the memory limit (`0`: no swap).
     pub fn set_swap_limit(&self, swap: u64, memory: Option<u64>) -> Result<(), CgroupError> {
         match self.version {
@@ -230,7 +306,15 @@ impl Cgroup {
                 let memory = memory.unwrap_or(u64::MAX / 2);
                 write(&memsw, &(memory.saturating_add(swap)).to_string())
             }
-            Version::V2 => write(&self.path.join("memory.swap.max"), &swap.to_string()),
+            Version::V2 => {
+                let file = self.path.join("memory.swap.max");
+                // A kernel without swap accounting has no memory.swap.max:
+                // there is then no swap to limit.
+                if !file.exists() && swap == 0 {
+                    return Ok(());
+                }
+                write(&file, &swap.to_string())
+            }
         }
     }
 
@@ -244,11 +328,7 @@ impl Cgroup {
     }
 
     pub fn procs(&self) -> Vec<i32> {
-        fs::read_to_string(self.path.join("cgroup.procs"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect()
+        procs_of(&self.path)
     }
 
     pub fn memory_limit(&self) -> Option<u64> {
@@ -257,6 +337,14 @@ impl Cgroup {
             Version::V2 => read_u64(&self.path.join("memory.max")),
         }
         .filter(|v| *v < (1 << 62))
+    }
+
+    /// v2's `memory.high`, where set.
+    pub fn high_limit(&self) -> Option<u64> {
+        match self.version {
+            Version::V1 => None,
+            Version::V2 => read_u64(&self.path.join("memory.high")).filter(|v| *v < (1 << 62)),
+        }
     }
 
     /// Usage and its parts, from `memory.usage_in_bytes`/`memory.current`
@@ -270,6 +358,7 @@ impl Cgroup {
                 file: keyed(&stat, "cache").unwrap_or(0),
                 kernel: read_u64(&self.path.join("memory.kmem.usage_in_bytes")).unwrap_or(0),
                 shmem: keyed(&stat, "shmem").unwrap_or(0),
+                sock: 0,
             },
             Version::V2 => MemoryStat {
                 usage: read_u64(&self.path.join("memory.current")).unwrap_or(0),
@@ -277,46 +366,64 @@ impl Cgroup {
                 file: keyed(&stat, "file").unwrap_or(0),
                 kernel: keyed(&stat, "kernel").unwrap_or(0),
                 shmem: keyed(&stat, "shmem").unwrap_or(0),
+                sock: keyed(&stat, "sock").unwrap_or(0),
             },
+        }
+    }
+
+    /// The highest usage the kernel recorded: v2's `memory.peak` (Linux
+    /// 5.19+), v1's `memory.max_usage_in_bytes`. Exact, where sampling can
+    /// miss a short spike.
+    pub fn peak(&self) -> Option<u64> {
+        match self.version {
+            Version::V1 => read_u64(&self.path.join("memory.max_usage_in_bytes")),
+            Version::V2 => read_u64(&self.path.join("memory.peak")),
+        }
+    }
+
+    pub fn events(&self) -> MemoryEvents {
+        match self.version {
+            Version::V1 => {
+                let oom =
+                    fs::read_to_string(self.path.join("memory.oom_control")).unwrap_or_default();
+                MemoryEvents {
+                    high: 0,
+                    max: read_u64(&self.path.join("memory.failcnt")).unwrap_or(0),
+                    oom: keyed(&oom, "oom_kill").unwrap_or(0),
+                    oom_kill: keyed(&oom, "oom_kill").unwrap_or(0),
+                }
+            }
+            Version::V2 => {
+                let text = fs::read_to_string(self.path.join("memory.events")).unwrap_or_default();
+                let get = |k| keyed(&text, k).unwrap_or(0);
+                MemoryEvents {
+                    high: get("high"),
+                    max: get("max"),
+                    oom: get("oom"),
+                    oom_kill: get("oom_kill"),
+                }
+            }
+        }
+    }
+
+    /// Memory pressure, where the kernel keeps it (v2 with PSI).
+    pub fn pressure(&self) -> Option<Pressure> {
+        match self.version {
+            Version::V1 => None,
+            Version::V2 => {
+                Pressure::parse(&fs::read_to_string(self.path.join("memory.pressure")).ok()?)
+            }
         }
     }
 
     /// How many processes the kernel's OOM killer has killed in this cgroup.
     pub fn oom_kills(&self) -> u64 {
-        let (file, key) = match self.version {
-            Version::V1 => ("memory.oom_control", "oom_kill"),
-            Version::V2 => ("memory.events", "oom_kill"),
-        };
-        let text = fs::read_to_string(self.path.join(file)).unwrap_or_default();
-        keyed(&text, key).unwrap_or(0)
+        self.events().oom_kill
     }
 
     /// SIGKILLs every process in the cgroup until it is empty (5 s at most).
     pub fn kill_all(&self) {
-        let kill = self.path.join("cgroup.kill");
-        if self.version == Version::V2 && kill.exists() {
-            let _ = fs::write(&kill, "1");
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let procs = self.procs();
-            if procs.is_empty() || Instant::now() > deadline {
-                return;
-            }
-            let mut alive = false;
-            for pid in procs {
-                let r = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-                alive |= r != Err(nix::errno::Errno::ESRCH);
-            }
-            if !alive {
-                // Still listed but gone: the kernel is letting go of them.
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        kill_all_in(&self.path, self.version);
     }
 
     /// A handle for reading the same cgroup that never removes it, for
@@ -329,13 +436,13 @@ impl Cgroup {
         }
     }
 
-    /// Kills what is left and removes the cgroup. Idempotent.
+    /// Kills what is left in it and beneath it, and removes it with every
+    /// cgroup beneath it. Idempotent.
     pub fn remove(&mut self) -> io::Result<()> {
         if self.removed {
             return Ok(());
         }
-        self.kill_all();
-        remove_dir_retrying(&self.path)?;
+        remove_tree(&self.path, self.version)?;
         self.removed = true;
         Ok(())
     }
@@ -345,6 +452,58 @@ impl Drop for Cgroup {
     fn drop(&mut self) {
         let _ = self.remove();
     }
+}
+
+/// The processes listed in a cgroup's `cgroup.procs`.
+pub fn procs_of(path: &Path) -> Vec<i32> {
+    fs::read_to_string(path.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// SIGKILLs every process in a cgroup until it is empty (5 s at most);
+/// on v2 through `cgroup.kill`, which also takes the cgroups beneath it.
+fn kill_all_in(path: &Path, version: Version) {
+    let kill = path.join("cgroup.kill");
+    if version == Version::V2 && kill.exists() {
+        let _ = fs::write(&kill, "1");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let procs = procs_of(path);
+        if procs.is_empty() || Instant::now() > deadline {
+            return;
+        }
+        let mut alive = false;
+        for pid in procs {
+            let r = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            alive |= r != Err(nix::errno::Errno::ESRCH);
+        }
+        if !alive {
+            // Still listed but gone: the kernel is letting go of them.
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Kills the processes of a cgroup and of every cgroup beneath it, and
+/// removes them, deepest first.
+fn remove_tree(path: &Path, version: Version) -> io::Result<()> {
+    kill_all_in(path, version);
+    if let Ok(entries) = fs::read_dir(path) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_tree(&e.path(), version)?;
+            }
+        }
+    }
+    remove_dir_retrying(path)
 }
 
 /// rmdir fails with EBUSY until the kernel has let go of the dead tasks.
@@ -360,20 +519,19 @@ fn remove_dir_retrying(path: &Path) -> io::Result<()> {
     }
 }
 
-/// On v2 a child gets the memory controller only if the parent lists it in
-/// `cgroup.subtree_control`.
-fn enable_memory_controller(parent: &Path) -> Result<(), CgroupError> {
-    let control = parent.join("cgroup.subtree_control");
-    let current = fs::read_to_string(&control).unwrap_or_default();
-    if current.split_whitespace().any(|c| c == "memory") {
-        return Ok(());
-    }
-    write(&control, "+memory")
+/// Whether `controller` is listed in a `cgroup.controllers` or
+/// `cgroup.subtree_control` file.
+pub fn lists(file: &Path, controller: &str) -> bool {
+    fs::read_to_string(file)
+        .unwrap_or_default()
+        .split_whitespace()
+        .any(|c| c == controller)
 }
 
 /// Removes cgroups named `soak-<run>...` beneath `parent` (all soak
 /// cgroups when `run` is `None`), killing their processes first. Returns
-/// the paths removed.
+/// the paths removed. A soak's own leaf (`...-supervisor`) holds soak
+/// itself while its run lives: it is never killed, only removed once empty.
 pub fn cleanup_in(parent: &Path, version: Version, run: Option<&str>) -> Vec<PathBuf> {
     let mut removed = vec![];
     let Ok(entries) = fs::read_dir(parent) else {
@@ -385,15 +543,17 @@ pub fn cleanup_in(parent: &Path, version: Version, run: Option<&str>) -> Vec<Pat
             Some(id) => name.starts_with(&format!("{PREFIX}{id}")),
             None => name.starts_with(PREFIX),
         };
-        if wanted && e.path().is_dir() {
-            let mut cg = Cgroup {
-                path: e.path(),
-                version,
-                removed: false,
-            };
-            if cg.remove().is_ok() {
+        if !wanted || !e.path().is_dir() {
+            continue;
+        }
+        if name.ends_with(place::SUPERVISOR_SUFFIX) {
+            if procs_of(&e.path()).is_empty() && fs::remove_dir(e.path()).is_ok() {
                 removed.push(e.path());
             }
+            continue;
+        }
+        if remove_tree(&e.path(), version).is_ok() {
+            removed.push(e.path());
         }
     }
     removed
@@ -417,6 +577,18 @@ mod tests {
         let h = detect_from(MOUNTINFO, "4:memory:/ci/job1\n0::/\n").unwrap();
         assert_eq!(h.version, Version::V1);
         assert_eq!(h.own, PathBuf::from("/sys/fs/cgroup/memory/ci/job1"));
+    }
+
+    #[test]
+    fn pressure_lines_parse() {
+        let p = Pressure::parse(
+            "some avg10=1.50 avg60=0.20 avg300=0.00 total=123456\nfull avg10=0.75 avg60=0.10 avg300=0.00 total=6543\n",
+        )
+        .unwrap();
+        assert_eq!(p.some_avg10, 1.5);
+        assert_eq!(p.full_avg10, 0.75);
+        assert_eq!((p.some_total_us, p.full_total_us), (123456, 6543));
+        assert_eq!(Pressure::parse(""), None);
     }
 
     #[test]

@@ -1,0 +1,483 @@
+//! Where soak may make its nodes' memory cgroups, decided as container
+//! runtimes and systemd decide it.
+//!
+//! cgroup v2 has a rule v1 does not: a cgroup other than the root may hand
+//! a controller to its children (`cgroup.subtree_control`) only while it
+//! holds no process itself ("no internal processes",
+//! Documentation/admin-guide/cgroup-v2.rst). soak always runs in a cgroup
+//! with a process in it (itself), and on a CI runner under systemd that
+//! cgroup is the runner's service, which holds the runner too. So writing
+//! `+memory` where soak runs fails with EBUSY everywhere but at the root,
+//! which is how soak failed on most of its users' machines (issue 13).
+//!
+//! What soak does instead, in this order (the first that applies):
+//! 1. soak runs in the root cgroup (a VM, a machine booted without systemd):
+//!    the rule does not hold there; node cgroups go beneath the root.
+//! 2. soak is alone in its cgroup (a delegated `systemd-run --scope`, a
+//!    container whose command is soak): soak moves itself into a leaf beneath
+//!    it (`soak-<run>-supervisor`), as systemd's delegation documentation
+//!    asks of a delegated manager, and hands memory to its node cgroups,
+//!    siblings of that leaf. At the end it moves back and tidies up.
+//! 3. systemd runs: soak asks it over D-Bus for a transient scope with
+//!    `Delegate=yes` holding soak alone (`busctl`, as `systemd-run --scope`
+//!    does for a new command), then goes on as in 2. systemd's own tree is
+//!    never written outside a delegation.
+//! 4. As root without systemd: a subtree `soak-<run>` beneath the nearest
+//!    ancestor that can hand memory down (an empty cgroup, or the root).
+//! 5. Otherwise: no access, and an error that says which command gives it.
+//!
+//! soak never moves a process that is not its own. [`plan`] only reads, so
+//! `soak doctor` can say what `soak run` would do; [`Placement::apply`]
+//! does it, and undoes it when dropped.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::{lists, procs_of, write, Cgroup, CgroupError, Hierarchy, Limits, Version, PREFIX};
+
+/// The name ending of the leaf soak moves itself into (strategy 2).
+pub const SUPERVISOR_SUFFIX: &str = "-supervisor";
+
+/// How soak got a place for its node cgroups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum How {
+    /// cgroup v1: beneath soak's own cgroup (v1 has no such rule).
+    V1,
+    /// v2: soak runs in the root cgroup.
+    Root,
+    /// v2: soak is alone in its cgroup; it moves into `leaf` beneath it.
+    Own { leaf: PathBuf },
+    /// v2 under systemd: a transient scope with `Delegate=yes` for soak
+    /// alone, asked of the system manager or of the user's (`user`).
+    SystemdScope { unit: String, user: bool },
+    /// v2, root without systemd: a subtree beneath this ancestor.
+    Ancestor { ancestor: PathBuf },
+}
+
+/// What `soak run` would do, or does, to get its cgroups.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub version: Version,
+    pub how: How,
+    /// Where node cgroups go (for `SystemdScope`, known only once the
+    /// scope exists).
+    pub parent: PathBuf,
+    /// soak's own cgroup when it started.
+    pub own: PathBuf,
+}
+
+impl std::fmt::Display for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        let name = |p: &Path| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
+        match &self.how {
+            How::V1 => write!(f, "cgroup v1: node cgroups beneath soak's own cgroup"),
+            How::Root => write!(f, "cgroup v2, soak runs in the root cgroup: node cgroups beneath it"),
+            How::Own { leaf } => write!(
+                f,
+                "cgroup v2, soak is alone in its cgroup: it moves into a leaf `{}` beneath it and makes node cgroups beside that",
+                name(leaf)
+            ),
+            How::SystemdScope { unit, user } => write!(
+                f,
+                "cgroup v2 under systemd: soak asks the {} manager for a transient scope {unit} with Delegate=yes, moves itself into it and makes node cgroups there",
+                if *user { "user's" } else { "system" }
+            ),
+            How::Ancestor { ancestor } => write!(
+                f,
+                "cgroup v2, soak's cgroup {} holds other processes: node cgroups in a subtree `{}` beneath the nearest ancestor that can hand memory down, {}",
+                self.own.display(),
+                name(&self.parent),
+                ancestor.display()
+            ),
+        }
+    }
+}
+
+/// soak may make no memory cgroup here: what it found, and the fix.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("soak may not make a memory cgroup here:\n{}\n{fix}", found.iter().map(|f| format!("  - {f}")).collect::<Vec<_>>().join("\n"))]
+pub struct NoAccess {
+    pub found: Vec<String>,
+    pub fix: String,
+}
+
+fn writable(path: &Path) -> bool {
+    nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_ok()
+}
+
+/// The real root of the hierarchy has no `cgroup.type`; every other cgroup
+/// (a cgroup namespace's root too) has one.
+fn is_real_root(path: &Path) -> bool {
+    !path.join("cgroup.type").exists()
+}
+
+/// The processes of a cgroup with their names, for messages.
+fn describe_procs(pids: &[i32]) -> String {
+    pids.iter()
+        .take(5)
+        .map(|p| {
+            let comm = fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+            format!("{p} ({})", comm.trim())
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+        + if pids.len() > 5 { ", ..." } else { "" }
+}
+
+/// Whether systemd is the service manager here (sd_booted(3)'s test).
+pub fn systemd_runs() -> bool {
+    Path::new("/run/systemd/system").is_dir()
+}
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+/// The command line soak was started with, for a message that says what
+/// to run instead.
+fn this_command() -> String {
+    let args: Vec<String> = std::env::args().collect();
+    if args.is_empty() {
+        "soak run ...".into()
+    } else {
+        args.join(" ")
+    }
+}
+
+/// Decides where node cgroups go, reading only. `me` is soak's pid.
+pub fn plan(h: &Hierarchy, run: &str, me: i32) -> Result<Plan, NoAccess> {
+    let own = h.own.clone();
+    let done = |how, parent| Plan {
+        version: h.version,
+        how,
+        parent,
+        own: own.clone(),
+    };
+    if h.version == Version::V1 {
+        if writable(&own) {
+            return Ok(done(How::V1, own.clone()));
+        }
+        return Err(NoAccess {
+            found: vec![format!(
+                "{} (soak's own cgroup, v1) is not writable by uid {}",
+                own.display(),
+                nix::unistd::geteuid()
+            )],
+            fix: fix_for_no_access(),
+        });
+    }
+    let mut found = vec![];
+    // 1. The root.
+    if is_real_root(&own) {
+        if writable(&own) && writable(&own.join("cgroup.subtree_control")) {
+            return Ok(done(How::Root, own.clone()));
+        }
+        found.push(format!(
+            "{} (the root cgroup, where soak runs) is not writable by uid {}",
+            own.display(),
+            nix::unistd::geteuid()
+        ));
+    } else {
+        // 2. Alone in its own cgroup.
+        let procs = procs_of(&own);
+        let others: Vec<i32> = procs.iter().copied().filter(|p| *p != me).collect();
+        let has_memory = lists(&own.join("cgroup.controllers"), "memory");
+        let can_write = writable(&own)
+            && writable(&own.join("cgroup.subtree_control"))
+            && writable(&own.join("cgroup.procs"));
+        if others.is_empty() && has_memory && can_write {
+            let leaf = own.join(format!("{PREFIX}{run}{SUPERVISOR_SUFFIX}"));
+            return Ok(done(How::Own { leaf }, own.clone()));
+        }
+        found.push(if !others.is_empty() {
+            format!(
+                "{} (soak's own cgroup) also holds processes that are not soak's: {}; cgroup v2 lets a cgroup that holds processes hand no controller to cgroups beneath it",
+                own.display(),
+                describe_procs(&others)
+            )
+        } else if !has_memory {
+            format!(
+                "{} (soak's own cgroup) is not given the memory controller by its parent (`memory` is not in its cgroup.controllers)",
+                own.display()
+            )
+        } else {
+            format!(
+                "{} (soak's own cgroup) is not writable by uid {} (not delegated)",
+                own.display(),
+                nix::unistd::geteuid()
+            )
+        });
+    }
+    // 3. systemd: a delegated scope of soak's own.
+    let root = nix::unistd::geteuid().is_root();
+    if systemd_runs() && on_path("busctl") {
+        let user = !root;
+        return Ok(Plan {
+            version: h.version,
+            how: How::SystemdScope {
+                unit: format!("{PREFIX}{run}.scope"),
+                user,
+            },
+            parent: PathBuf::new(),
+            own,
+        });
+    }
+    // 4. The nearest ancestor that can hand memory down.
+    let mut at = own.parent().map(Path::to_path_buf);
+    while let Some(a) = at {
+        if !a.starts_with(&h.mount) {
+            break;
+        }
+        let real_root = is_real_root(&a);
+        let available = real_root || lists(&a.join("cgroup.controllers"), "memory");
+        let enabled = lists(&a.join("cgroup.subtree_control"), "memory");
+        let empty = real_root || procs_of(&a).is_empty();
+        if available
+            && writable(&a)
+            && (enabled || (empty && writable(&a.join("cgroup.subtree_control"))))
+        {
+            let parent = a.join(format!("{PREFIX}{run}"));
+            return Ok(done(How::Ancestor { ancestor: a }, parent));
+        }
+        found.push(format!(
+            "{}: {}",
+            a.display(),
+            if !available {
+                "not given the memory controller by its parent".to_string()
+            } else if !writable(&a) {
+                format!("not writable by uid {}", nix::unistd::geteuid())
+            } else {
+                format!(
+                    "holds processes ({}), so it cannot hand memory down",
+                    describe_procs(&procs_of(&a))
+                )
+            }
+        ));
+        if a == h.mount {
+            break;
+        }
+        at = a.parent().map(Path::to_path_buf);
+    }
+    if own == h.mount && !is_real_root(&own) {
+        found.push(format!(
+            "{} is the root of a cgroup namespace (a container): soak cannot reach above it",
+            own.display()
+        ));
+    }
+    Err(NoAccess {
+        found,
+        fix: fix_for_no_access(),
+    })
+}
+
+fn fix_for_no_access() -> String {
+    let cmd = this_command();
+    let mut fix =
+        String::from("Give soak a cgroup of its own with the memory controller delegated:");
+    if systemd_runs() {
+        fix += &format!("\n  systemd-run --user --scope -p Delegate=yes {cmd}");
+    }
+    if !nix::unistd::geteuid().is_root() {
+        fix += &format!("\n  or run it as root: sudo {cmd}");
+    }
+    fix += "\n  in a container: make soak the container's command (alone in its cgroup), with a writable /sys/fs/cgroup (docker run --privileged --cgroupns=private ...)";
+    fix
+}
+
+/// One thing soak changed to get its place, undone in reverse order.
+#[derive(Debug)]
+enum Undo {
+    /// Take `memory` out of this `cgroup.subtree_control` again.
+    Disable(PathBuf),
+    /// Move soak back into this cgroup.
+    MoveBack { pid: i32, to: PathBuf },
+    /// Remove this cgroup and the cgroups beneath it, killing what is in
+    /// them (the run's subtree of node cgroups).
+    RemoveTree(PathBuf),
+    /// Remove this cgroup if it is empty, never killing (soak's own leaf:
+    /// should soak not have left it, it stays).
+    Rmdir(PathBuf),
+}
+
+/// The place soak got, and what it changed to get it. Dropping it undoes
+/// the changes (after the node cgroups beneath it are gone).
+#[derive(Debug)]
+pub struct Placement {
+    pub plan: Plan,
+    undo: Vec<Undo>,
+}
+
+fn enable_memory(cgroup: &Path, undo: Option<&mut Vec<Undo>>) -> Result<(), CgroupError> {
+    let control = cgroup.join("cgroup.subtree_control");
+    if lists(&control, "memory") {
+        return Ok(());
+    }
+    write(&control, "+memory")?;
+    if let Some(undo) = undo {
+        undo.push(Undo::Disable(cgroup.to_path_buf()));
+    }
+    Ok(())
+}
+
+fn move_into(pid: i32, cgroup: &Path) -> Result<(), CgroupError> {
+    write(&cgroup.join("cgroup.procs"), &pid.to_string())
+}
+
+/// Asks systemd for a transient scope with `Delegate=yes` holding `pid`,
+/// and waits until the process is in it; returns the scope's cgroup.
+fn systemd_scope(h: &Hierarchy, unit: &str, user: bool, pid: i32) -> Result<PathBuf, CgroupError> {
+    let mut cmd = std::process::Command::new("busctl");
+    if user {
+        cmd.arg("--user");
+    }
+    cmd.args([
+        "call",
+        "org.freedesktop.systemd1",
+        "/org/freedesktop/systemd1",
+        "org.freedesktop.systemd1.Manager",
+        "StartTransientUnit",
+        "ssa(sv)a(sa(sv))",
+        unit,
+        "fail",
+        "3",
+        "PIDs",
+        "au",
+        "1",
+        &pid.to_string(),
+        "Delegate",
+        "b",
+        "true",
+        "Description",
+        "s",
+        "soak run (its nodes' memory cgroups)",
+        "0",
+    ]);
+    let failed = |why: String| {
+        CgroupError::NoAccess(NoAccess {
+            found: vec![format!(
+                "systemd refused a transient scope {unit} with Delegate=yes: {why}"
+            )],
+            fix: fix_for_no_access(),
+        })
+    };
+    let out = cmd.output().map_err(|e| failed(format!("busctl: {e}")))?;
+    if !out.status.success() {
+        return Err(failed(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        if let Some(path) = own
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .filter(|p| p.ends_with(unit))
+        {
+            return Ok(h.mount.join(path.trim_start_matches('/')));
+        }
+        if Instant::now() > deadline {
+            return Err(failed(
+                "soak was not moved into the scope within 10 s".into(),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Placement {
+    /// Does what the plan says. `me` is soak's pid.
+    pub fn apply(plan: Plan, h: &Hierarchy, me: i32) -> Result<Placement, CgroupError> {
+        let mut p = Placement {
+            plan: plan.clone(),
+            undo: vec![],
+        };
+        match &plan.how {
+            How::V1 => {}
+            How::Root => enable_memory(&plan.own, None)?,
+            How::Own { leaf } => p.own_cgroup(&plan.own, leaf, me)?,
+            How::SystemdScope { unit, user } => {
+                let scope = systemd_scope(h, unit, *user, me)?;
+                let leaf = scope.join(format!(
+                    "{}{SUPERVISOR_SUFFIX}",
+                    unit.trim_end_matches(".scope")
+                ));
+                p.own_cgroup(&scope, &leaf, me)?;
+                p.plan.parent = scope;
+            }
+            How::Ancestor { ancestor } => {
+                // Left on: the ancestor is empty or the root, and other
+                // runs may rely on it.
+                enable_memory(ancestor, None)?;
+                fs::create_dir(&plan.parent).map_err(|source| CgroupError::Create {
+                    path: plan.parent.clone(),
+                    source,
+                })?;
+                p.undo.push(Undo::RemoveTree(plan.parent.clone()));
+                enable_memory(&plan.parent, None)?;
+            }
+        }
+        Ok(p)
+    }
+
+    /// Strategy 2: soak moves into `leaf` beneath `own`, then `own` hands
+    /// memory to its children.
+    fn own_cgroup(&mut self, own: &Path, leaf: &Path, me: i32) -> Result<(), CgroupError> {
+        fs::create_dir(leaf).map_err(|source| CgroupError::Create {
+            path: leaf.to_path_buf(),
+            source,
+        })?;
+        self.undo.push(Undo::Rmdir(leaf.to_path_buf()));
+        move_into(me, leaf)?;
+        self.undo.push(Undo::MoveBack {
+            pid: me,
+            to: own.to_path_buf(),
+        });
+        enable_memory(own, Some(&mut self.undo))
+    }
+
+    /// Where node cgroups go.
+    pub fn parent(&self) -> &Path {
+        &self.plan.parent
+    }
+
+    /// Makes a node's cgroup here.
+    pub fn create(&self, name: &str, limits: Limits) -> Result<Cgroup, CgroupError> {
+        Cgroup::create_in(&self.plan.parent, self.plan.version, name, limits)
+    }
+
+    /// Undoes what [`Placement::apply`] changed. Idempotent.
+    pub fn release(&mut self) {
+        while let Some(u) = self.undo.pop() {
+            let _ = match u {
+                Undo::Disable(cg) => write(&cg.join("cgroup.subtree_control"), "-memory"),
+                Undo::MoveBack { pid, to } => move_into(pid, &to),
+                Undo::RemoveTree(cg) => super::remove_tree(&cg, self.plan.version)
+                    .map_err(|source| CgroupError::Create { path: cg, source }),
+                Undo::Rmdir(cg) => {
+                    fs::remove_dir(&cg).map_err(|source| CgroupError::Create { path: cg, source })
+                }
+            };
+        }
+    }
+}
+
+impl Drop for Placement {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Plans and applies: where this process's node cgroups go.
+pub fn place(run: &str) -> Result<Placement, CgroupError> {
+    let h = super::detect()?;
+    let me = std::process::id() as i32;
+    let plan = plan(&h, run, me)?;
+    Placement::apply(plan, &h, me)
+}

@@ -1,0 +1,580 @@
+//! cgroup v2 on a real kernel: Debian's own, booted under qemu (software
+//! emulation) with `cgroup_no_v1=all`, since this host's memory controller
+//! may be on v1. soak and its libraries go into an initramfs with busybox;
+//! one boot runs every case, and each test below reads its case's lines
+//! from the serial console.
+//!
+//! The cases are how users start soak (issue 13): (a) in the root cgroup;
+//! (b) in a cgroup that also holds another process, as a CI job under a
+//! systemd service is; (c) in a cgroup namespace, as a container whose
+//! command is soak, and (c2) one whose init runs beside soak; (d) as a user
+//! without delegation. For (a)-(c): a short suite with a kill, a read-back
+//! and a live `limit`; a node that outgrows its limit, OOM-killed and
+//! restarted; soak SIGKILLed, then `soak cleanup`, nothing left.
+//!
+//! The kernel comes from `scripts/deps` (into ~/.cache/soak/vm), qemu,
+//! busybox and cpio from Debian's packages.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use serde_json::Value;
+
+fn kernel() -> PathBuf {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache"));
+    let k = cache.join("soak/vm/vmlinuz");
+    assert!(
+        k.is_file(),
+        "{} is missing: run scripts/deps (it fetches Debian's kernel for the cgroup v2 tests)",
+        k.display()
+    );
+    k
+}
+
+/// The suites the VM runs, small enough for software emulation.
+const KILL_SUITE: &str = r#"
+name: vm-kill
+description: soak-node under memory.max and memory.high; a kill, a read-back, a live limit.
+node:
+  command: ["${SOAK_NODE}", "--data-dir", "${DATA_DIR}", "--port", "${PORT}",
+            "--block-cache", "8MiB", "--write-buffer-size", "4MiB"]
+  ready: { resp: "127.0.0.1:${PORT}", timeout: 120s }
+limits: { memory: 256MiB, high: 224MiB, swap: 0B }
+workload:
+  resp: { target: "127.0.0.1:${PORT}" }
+  keys: 500
+  value_size: 100B
+  mix: { set: 0.6, get: 0.4 }
+  rate: 100/s
+  connections: 2
+  timeout: 20s
+phases:
+  - run: 3s
+  - kill: SIGKILL
+  - start
+  - verify
+  - limit: 192MiB
+  - run: 2s
+  - verify
+checks: { lost_writes: 0, corrupted_writes: 0, oom_kills: 0 }
+"#;
+
+/// A node that outgrows its limit a second after it starts: busybox `dd`
+/// with a 64 MiB buffer under a 32 MiB limit.
+const OOM_SUITE: &str = r#"
+name: vm-oom
+description: a node that outgrows its limit, OOM-killed by the kernel and restarted.
+node:
+  command: ["sh", "-c", "sleep 1; exec dd if=/dev/zero of=/dev/null bs=64M count=1000000"]
+  ready: { exec: ["true"], timeout: 60s }
+limits: { memory: 32MiB, swap: 0B }
+phases:
+  - wait: 6s
+"#;
+
+/// Runs long enough to be killed under.
+const LONG_SUITE: &str = r#"
+name: vm-long
+description: soak-node with a load, for as long as it takes to kill soak.
+node:
+  command: ["${SOAK_NODE}", "--data-dir", "${DATA_DIR}", "--port", "${PORT}", "--block-cache", "8MiB"]
+  ready: { resp: "127.0.0.1:${PORT}", timeout: 120s }
+limits: { memory: 256MiB }
+workload:
+  resp: { target: "127.0.0.1:${PORT}" }
+  keys: 200
+  value_size: 100B
+  mix: { set: 0.5, get: 0.5 }
+  rate: 50/s
+  connections: 1
+phases:
+  - run: 30m
+"#;
+
+/// PID 1: sets the machine up, runs the cases, prints `SOAKVM KEY CASE
+/// TEXT` lines, powers off.
+const INIT: &str = r#"#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs tmp /tmp
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+ip link set lo up
+export PATH=/bin:/usr/bin HOME=/tmp
+say() { echo "SOAKVM $*"; }
+soak_cgroups() { find /sys/fs/cgroup -name 'soak-*' -type d | tr '\n' ' '; }
+soak_procs() { ps -o pid,args | grep -e soak-node -e 'soak run' | grep -v grep | tr '\n' ' '; }
+summary() { tr -d '\n' < "$(find "$1" -name summary.json | head -1)" 2>/dev/null; }
+say kernel x "$(uname -r)"
+say controllers x "$(cat /sys/fs/cgroup/cgroup.controllers)"
+cd /tmp
+
+# A CI runner's service: its shell (a sleep here) stays in it all along.
+mkdir /sys/fs/cgroup/ci
+sh -c 'echo $$ > /sys/fs/cgroup/ci/cgroup.procs; exec sleep 100000' &
+holder=$!
+
+# case NAME LAUNCHER: the three suites and a SIGKILL of soak.
+case_run() {
+  name=$1; launch=$2
+  say layout $name "$(/bin/sh $launch cat /proc/self/cgroup | tr '\n' ' ')"
+  /bin/sh $launch soak run /suites/vm-kill.yaml --out /tmp/$name/kill > /tmp/$name-kill.log 2>&1
+  say exit $name-kill $?
+  say summary $name-kill "$(summary /tmp/$name/kill)"
+  say left $name-kill "$(soak_cgroups)|$(soak_procs)"
+  /bin/sh $launch soak run /suites/vm-oom.yaml --out /tmp/$name/oom > /tmp/$name-oom.log 2>&1
+  say exit $name-oom $?
+  say summary $name-oom "$(summary /tmp/$name/oom)"
+  say left $name-oom "$(soak_cgroups)|$(soak_procs)"
+  /bin/sh $launch soak run /suites/vm-long.yaml --out /tmp/$name/long > /tmp/$name-long.log 2>&1 &
+  pid=$!
+  n=0
+  until grep -qs '"kind":"ready"' /tmp/$name/long/vm-long/*/cells/*/events.jsonl; do
+    kill -0 $pid || break
+    sleep 0.2; n=$((n+1)); [ $n -gt 3000 ] && break
+  done
+  say during $name-long "$(soak_cgroups)|$(soak_procs)"
+  kill -9 $pid; wait $pid
+  say killed $name-long $?
+  soak cleanup > /tmp/$name-cleanup.log 2>&1
+  say exit $name-cleanup $?
+  say left $name-long "$(soak_cgroups)|$(soak_procs)"
+  for f in /tmp/$name-*.log; do sed "s|^|SOAKVM log $name |" $f; done
+}
+
+case_run a /cases/root
+case_run b /cases/service
+case_run c /cases/container
+
+# (c2) A container whose own init runs beside soak.
+CT=ct2 /bin/sh /cases/container /bin/sh /cases/beside-init soak run /suites/vm-kill.yaml --out /tmp/c2 > /tmp/c2.log 2>&1
+say exit c2 $?
+say left c2 "$(soak_cgroups)|$(soak_procs)|$(ls /tmp/c2 2>/dev/null)"
+sed "s|^|SOAKVM log c2 |" /tmp/c2.log
+
+# (d) A user without delegation.
+mkdir /sys/fs/cgroup/user /tmp/d
+chmod 777 /tmp/d
+/bin/sh /cases/user soak run /suites/vm-kill.yaml --out /tmp/d/r > /tmp/d.log 2>&1
+say exit d $?
+say left d "$(soak_cgroups)|$(soak_procs)|$(ls /tmp/d)"
+sed "s|^|SOAKVM log d |" /tmp/d.log
+
+kill $holder
+say done x ok
+poweroff -f
+"#;
+
+/// Launchers: each runs its arguments where its case's soak would run.
+const CASES: [(&str, &str); 6] = [
+    ("root", "exec \"$@\"\n"),
+    (
+        "service",
+        "echo $$ > /sys/fs/cgroup/ci/cgroup.procs\nexec \"$@\"\n",
+    ),
+    (
+        "container",
+        // As a container runtime does: a cgroup of its own, then new
+        // cgroup and mount namespaces with cgroupfs mounted afresh.
+        "d=/sys/fs/cgroup/${CT:-ct}\nmkdir -p $d\necho $$ > $d/cgroup.procs\nexec /usr/bin/unshare --cgroup --mount /bin/sh /cases/in-container \"$@\"\n",
+    ),
+    (
+        "in-container",
+        "umount /sys/fs/cgroup\nmount -t cgroup2 cgroup2 /sys/fs/cgroup\nexec \"$@\"\n",
+    ),
+    ("beside-init", "sleep 100000 &\nexec \"$@\"\n"),
+    (
+        "user",
+        "echo $$ > /sys/fs/cgroup/user/cgroup.procs\nexec /usr/bin/setpriv --reuid=1000 --regid=1000 --clear-groups \"$@\"\n",
+    ),
+];
+
+/// Copies `file` to the same path under `root`, with the libraries it
+/// needs (from ldd).
+fn install(root: &Path, file: &Path, at: &str) {
+    let dest = root.join(at.trim_start_matches('/'));
+    std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+    std::fs::copy(file, &dest).unwrap_or_else(|e| panic!("copy {}: {e}", file.display()));
+    let ldd = Command::new("ldd").arg(file).output().unwrap();
+    for l in String::from_utf8_lossy(&ldd.stdout).lines() {
+        let path = match l.split_once("=>") {
+            Some((_, rhs)) => rhs.split_whitespace().next(),
+            None => l.split_whitespace().next(),
+        };
+        if let Some(p) = path.filter(|p| p.starts_with('/')) {
+            let d = root.join(p.trim_start_matches('/'));
+            if !d.exists() {
+                std::fs::create_dir_all(d.parent().unwrap()).unwrap();
+                std::fs::copy(p, &d).unwrap();
+            }
+        }
+    }
+}
+
+/// What the VM printed: `SOAKVM KEY CASE TEXT` lines, and everything.
+struct VmRun {
+    marks: BTreeMap<(String, String), String>,
+    logs: BTreeMap<String, String>,
+    console: String,
+}
+
+impl VmRun {
+    fn get(&self, key: &str, case: &str) -> &str {
+        self.marks
+            .get(&(key.to_string(), case.to_string()))
+            .unwrap_or_else(|| panic!("no `{key} {case}` from the VM:\n{}", self.console))
+    }
+
+    fn exit(&self, case: &str) -> i32 {
+        self.get("exit", case)
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("exit of {case}: {}", self.get("exit", case)))
+    }
+
+    fn summary(&self, case: &str) -> Value {
+        serde_json::from_str(self.get("summary", case))
+            .unwrap_or_else(|e| panic!("summary of {case}: {e}\n{}", self.log(case)))
+    }
+
+    /// What soak printed in a case (`a-kill` -> case `a`).
+    fn log(&self, case: &str) -> &str {
+        let case = case.split('-').next().unwrap_or(case);
+        self.logs.get(case).map(String::as_str).unwrap_or("")
+    }
+
+    /// soak's cgroups and processes left, as `cgroups|processes`.
+    fn left_nothing(&self, case: &str) {
+        let left = self.get("left", case);
+        let parts: Vec<&str> = left.split('|').collect();
+        assert!(
+            parts.iter().take(2).all(|p| p.trim().is_empty()),
+            "{case} left: {left}\n{}",
+            self.log(case)
+        );
+    }
+}
+
+fn boot() -> VmRun {
+    common::require_tool("qemu-system-x86_64", "qemu-system-x86");
+    common::require_tool("cpio", "cpio");
+    common::require_file("/bin/busybox", "busybox-static");
+    let kernel = kernel();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    for d in [
+        "bin", "proc", "sys", "dev", "tmp", "suites", "cases", "usr/bin",
+    ] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
+    install(&root, Path::new(env!("CARGO_BIN_EXE_soak")), "/bin/soak");
+    for tool in ["unshare", "setpriv"] {
+        install(
+            &root,
+            &Path::new("/usr/bin").join(tool),
+            &format!("/usr/bin/{tool}"),
+        );
+    }
+    for (name, text) in [
+        ("vm-kill.yaml", KILL_SUITE),
+        ("vm-oom.yaml", OOM_SUITE),
+        ("vm-long.yaml", LONG_SUITE),
+    ] {
+        std::fs::write(root.join("suites").join(name), text).unwrap();
+    }
+    for (name, text) in CASES {
+        std::fs::write(root.join("cases").join(name), text).unwrap();
+    }
+    // A suite soak refuses would only show as a timeout in the VM.
+    let check = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .arg("validate")
+        .args(["vm-kill.yaml", "vm-oom.yaml", "vm-long.yaml"].map(|f| root.join("suites").join(f)))
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let init = root.join("init");
+    std::fs::write(&init, INIT).unwrap();
+    Command::new("chmod")
+        .arg("755")
+        .arg(&init)
+        .status()
+        .unwrap();
+    let initrd = tmp.path().join("initrd.cpio");
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cd {} && find . | cpio -o -H newc --quiet > {}",
+            root.display(),
+            initrd.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(st.success(), "cpio failed");
+    let started = Instant::now();
+    // `-cpu max`: soak is built for SSE4.2 and PCLMUL, which qemu's
+    // default CPU lacks. KVM aborted on this host: software emulation.
+    // The console goes to a file as it comes, to follow a run (`tail -f`)
+    // and to read after a failure: target/cgroup-v2-vm.log.
+    let console_file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cgroup-v2-vm.log");
+    let console_out = std::fs::File::create(&console_file).unwrap();
+    let status = Command::new("timeout")
+        .args([
+            "1200",
+            "qemu-system-x86_64",
+            "-accel",
+            "tcg",
+            "-cpu",
+            "max",
+            "-smp",
+            "2",
+        ])
+        .args(["-m", "1536", "-nographic", "-no-reboot", "-kernel"])
+        .arg(&kernel)
+        .arg("-initrd")
+        .arg(&initrd)
+        .args([
+            "-append",
+            "console=ttyS0 cgroup_no_v1=all loglevel=1 panic=-1",
+        ])
+        .stdin(Stdio::null())
+        .stdout(console_out)
+        .status()
+        .expect("qemu-system-x86_64");
+    let console = std::fs::read_to_string(&console_file)
+        .unwrap_or_default()
+        .replace('\r', "");
+    assert!(
+        status.success() || console.contains("SOAKVM done"),
+        "qemu: {status} (console: {})",
+        console_file.display()
+    );
+    let mut marks = BTreeMap::new();
+    let mut logs: BTreeMap<String, String> = BTreeMap::new();
+    for line in console.lines() {
+        // The firmware's escape codes may precede the first line.
+        let Some(rest) = line.find("SOAKVM ").map(|i| &line[i + "SOAKVM ".len()..]) else {
+            continue;
+        };
+        let mut f = rest.splitn(3, ' ');
+        let (key, case, text) = (
+            f.next().unwrap_or(""),
+            f.next().unwrap_or(""),
+            f.next().unwrap_or(""),
+        );
+        if key == "log" {
+            let l = logs.entry(case.to_string()).or_default();
+            l.push_str(text);
+            l.push('\n');
+        } else {
+            marks.insert((key.to_string(), case.to_string()), text.to_string());
+        }
+    }
+    let vm = VmRun {
+        marks,
+        logs,
+        console,
+    };
+    assert_eq!(vm.get("done", "x"), "ok", "the VM did not finish");
+    // What the cases ran with, printed past the test harness's capture.
+    let _ = writeln!(
+        std::io::stderr(),
+        "cgroup v2 VM: Linux {} ({}), controllers: {}, {:.0} s under qemu; soak started in: a {}; b {}; c {}",
+        vm.get("kernel", "x"),
+        std::fs::read_to_string(kernel.with_file_name("kernel.txt")).unwrap_or_default().trim(),
+        vm.get("controllers", "x"),
+        started.elapsed().as_secs_f64(),
+        vm.get("layout", "a"),
+        vm.get("layout", "b"),
+        vm.get("layout", "c"),
+    );
+    vm
+}
+
+/// The one boot every test reads from. A boot that fails fails every
+/// test with its message, and is not tried again by each of them.
+fn vm() -> &'static VmRun {
+    static VM: OnceLock<Result<VmRun, String>> = OnceLock::new();
+    let run = VM.get_or_init(|| {
+        std::panic::catch_unwind(boot).map_err(|e| {
+            e.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default()
+        })
+    });
+    match run {
+        Ok(vm) => vm,
+        Err(e) => panic!("the cgroup v2 VM failed: {e}"),
+    }
+}
+
+/// A case's kill suite passed under memory.max with its live limit; its
+/// OOM suite recorded the kernel's kills and restarted the node; soak
+/// SIGKILLed and `soak cleanup` left nothing.
+fn case_passes(case: &str) {
+    let vm = vm();
+    let log = vm.log(case);
+    // The kill suite.
+    assert_eq!(vm.exit(&format!("{case}-kill")), 0, "{log}");
+    let s = vm.summary(&format!("{case}-kill"));
+    let c = &s["cells"][0];
+    assert_eq!(c["verdict"], "pass", "{c}");
+    assert_eq!(c["integrity"]["lost"], 0);
+    assert!(c["integrity"]["verified"].as_u64().unwrap() > 0, "{c}");
+    assert_eq!(c["restarts"][0]["reason"], "kill");
+    let cg = &c["cgroup"];
+    assert_eq!(cg["version"], "v2", "{cg}");
+    assert_eq!(cg["high_bytes"], 224u64 << 20, "{cg}");
+    assert!(cg["peak_bytes"].as_u64().unwrap() > 1 << 20, "{cg}");
+    assert!(cg["pressure_some_avg10_max"].is_number(), "{cg}");
+    let limit = c["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["phase"].as_str().unwrap().starts_with("limit"))
+        .unwrap();
+    assert!(
+        limit["outcome"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("memory.max read back: {}", 192u64 << 20)),
+        "{limit}"
+    );
+    vm.left_nothing(&format!("{case}-kill"));
+    // The OOM suite: the kernel's kills, counted from memory.events.
+    let s = vm.summary(&format!("{case}-oom"));
+    let c = &s["cells"][0];
+    assert!(
+        c["memory"]["oom_kills"].as_u64().unwrap() >= 1,
+        "{c}\n{log}"
+    );
+    assert!(c["cgroup"]["oom_kills"].as_u64().unwrap() >= 1, "{c}");
+    assert_eq!(c["restarts"][0]["reason"], "oom", "{c}");
+    // Each restart followed one of the kernel's kills, none was guessed.
+    assert!(
+        c["restarts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["reason"] == "oom"),
+        "{c}"
+    );
+    vm.left_nothing(&format!("{case}-oom"));
+    // SIGKILL of soak, then soak cleanup.
+    let during = vm.get("during", &format!("{case}-long"));
+    assert!(
+        during.contains("soak-"),
+        "no cgroup while it ran: {during}\n{log}"
+    );
+    assert_eq!(vm.exit(&format!("{case}-cleanup")), 0, "{log}");
+    vm.left_nothing(&format!("{case}-long"));
+}
+
+#[test]
+fn the_kernel_gives_cgroup_v2_with_the_memory_controller() {
+    let vm = vm();
+    assert!(
+        vm.get("controllers", "x")
+            .split_whitespace()
+            .any(|c| c == "memory"),
+        "{}",
+        vm.console
+    );
+}
+
+/// (a) soak in the root cgroup.
+#[test]
+fn from_the_root_cgroup() {
+    assert_eq!(vm().get("layout", "a").trim(), "0::/");
+    case_passes("a");
+    let s = vm().summary("a-kill");
+    let placement = s["cells"][0]["cgroup"]["placement"].as_str().unwrap();
+    assert!(placement.contains("root cgroup"), "{placement}");
+}
+
+/// (b) soak in a cgroup that also holds another process, as a CI job in a
+/// systemd service: node cgroups in a subtree beneath the root.
+#[test]
+fn from_a_cgroup_that_also_holds_another_process() {
+    assert_eq!(vm().get("layout", "b").trim(), "0::/ci");
+    case_passes("b");
+    let s = vm().summary("b-kill");
+    let cg = &s["cells"][0]["cgroup"];
+    assert!(
+        cg["path"]
+            .as_str()
+            .unwrap()
+            .starts_with("/sys/fs/cgroup/soak-"),
+        "{cg}"
+    );
+    assert!(
+        cg["placement"]
+            .as_str()
+            .unwrap()
+            .contains("holds other processes"),
+        "{cg}"
+    );
+}
+
+/// (c) soak as a container's command, in a cgroup namespace of its own:
+/// it moves into a leaf and hands memory to its node cgroups.
+#[test]
+fn from_a_cgroup_namespace_as_a_containers_command() {
+    assert_eq!(vm().get("layout", "c").trim(), "0::/");
+    case_passes("c");
+    let s = vm().summary("c-kill");
+    let placement = s["cells"][0]["cgroup"]["placement"].as_str().unwrap();
+    assert!(placement.contains("alone in its cgroup"), "{placement}");
+}
+
+/// (c2) A container whose init runs beside soak: soak cannot reach above
+/// the namespace and may not move the init: exit 3, nothing left.
+#[test]
+fn in_a_container_beside_its_init_it_exits_3_and_says_why() {
+    let vm = vm();
+    assert_eq!(vm.exit("c2"), 3, "{}", vm.log("c2"));
+    let log = vm.log("c2");
+    assert!(log.contains("not soak's"), "{log}");
+    assert!(log.contains("root of a cgroup namespace"), "{log}");
+    vm.left_nothing("c2");
+    // No report folder was made for a run that could not start.
+    assert!(vm
+        .get("left", "c2")
+        .split('|')
+        .nth(2)
+        .unwrap()
+        .trim()
+        .is_empty());
+}
+
+/// (d) A user without delegation: exit 3 with the command to run instead.
+#[test]
+fn as_a_user_without_delegation_it_exits_3_with_the_command_to_run() {
+    let vm = vm();
+    assert_eq!(vm.exit("d"), 3, "{}", vm.log("d"));
+    let log = vm.log("d");
+    assert!(log.contains("not writable by uid 1000"), "{log}");
+    assert!(log.contains("sudo soak run /suites/vm-kill.yaml"), "{log}");
+    vm.left_nothing("d");
+    assert!(vm
+        .get("left", "d")
+        .split('|')
+        .nth(2)
+        .unwrap()
+        .trim()
+        .is_empty());
+}
