@@ -4,16 +4,18 @@
 //! one boot runs every case, and each test below reads its case's lines
 //! from the serial console.
 //!
-//! The cases are how users start soak (issue 13): (a) in the root cgroup;
-//! (b) in a cgroup that also holds another process, as a CI job under a
-//! systemd service is; (c) in a cgroup namespace, as a container whose
-//! command is soak, and (c2) one whose init runs beside soak; (d) as a user
-//! without delegation. For (a)-(c): a short suite with a kill, a read-back
-//! and a live `limit`; a node that outgrows its limit, OOM-killed and
-//! restarted; soak SIGKILLed, then `soak cleanup`, nothing left.
+//! The cases are how users start soak (issue 13), on a machine with
+//! busybox as PID 1: (a) in the root cgroup; (b) in a cgroup that also
+//! holds another process, as a CI job in a service is; (c) in a cgroup
+//! namespace, as a container whose command is soak, and (c2) one whose init
+//! runs beside soak; (d) as a user without delegation. On a Debian machine
+//! with systemd as PID 1: (s) from a service, as a CI runner's job. For
+//! (a)-(c) and (s): a short suite with a kill, a read-back and a live
+//! `limit`; a node that outgrows its limit, OOM-killed and restarted; soak
+//! SIGKILLed, then `soak cleanup`, nothing left.
 //!
-//! The kernel comes from `scripts/deps` (into ~/.cache/soak/vm), qemu,
-//! busybox and cpio from Debian's packages.
+//! `scripts/deps` fetches the kernel and makes the Debian root (debootstrap)
+//! into ~/.cache/soak/vm; qemu, busybox and cpio are Debian's packages.
 
 mod common;
 
@@ -99,31 +101,13 @@ phases:
   - run: 30m
 "#;
 
-/// PID 1: sets the machine up, runs the cases, prints `SOAKVM KEY CASE
-/// TEXT` lines, powers off.
-const INIT: &str = r#"#!/bin/busybox sh
-/bin/busybox --install -s /bin
-mount -t proc proc /proc
-mount -t sysfs sys /sys
-mount -t devtmpfs dev /dev
-mount -t tmpfs tmp /tmp
-mount -t cgroup2 cgroup2 /sys/fs/cgroup
-ip link set lo up
-export PATH=/bin:/usr/bin HOME=/tmp
+/// What both machines' cases share: `SOAKVM KEY CASE TEXT` lines, and
+/// `case_run NAME LAUNCHER`: the three suites and a SIGKILL of soak.
+const LIB: &str = r#"
 say() { echo "SOAKVM $*"; }
 soak_cgroups() { find /sys/fs/cgroup -name 'soak-*' -type d | tr '\n' ' '; }
 soak_procs() { ps -o pid,args | grep -e soak-node -e 'soak run' | grep -v grep | tr '\n' ' '; }
 summary() { tr -d '\n' < "$(find "$1" -name summary.json | head -1)" 2>/dev/null; }
-say kernel x "$(uname -r)"
-say controllers x "$(cat /sys/fs/cgroup/cgroup.controllers)"
-cd /tmp
-
-# A CI runner's service: its shell (a sleep here) stays in it all along.
-mkdir /sys/fs/cgroup/ci
-sh -c 'echo $$ > /sys/fs/cgroup/ci/cgroup.procs; exec sleep 100000' &
-holder=$!
-
-# case NAME LAUNCHER: the three suites and a SIGKILL of soak.
 case_run() {
   name=$1; launch=$2
   say layout $name "$(/bin/sh $launch cat /proc/self/cgroup | tr '\n' ' ')"
@@ -150,6 +134,28 @@ case_run() {
   say left $name-long "$(soak_cgroups)|$(soak_procs)"
   for f in /tmp/$name-*.log; do sed "s|^|SOAKVM log $name |" $f; done
 }
+"#;
+
+/// PID 1 of the busybox machine: sets it up, runs the cases, powers off.
+const INIT: &str = r#"#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs tmp /tmp
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+ip link set lo up
+export PATH=/bin:/usr/bin HOME=/tmp
+. /cases/lib.sh
+echo
+say kernel x "$(uname -r)"
+say controllers x "$(cat /sys/fs/cgroup/cgroup.controllers)"
+cd /tmp
+
+# A CI runner's service: its shell (a sleep here) stays in it all along.
+mkdir /sys/fs/cgroup/ci
+sh -c 'echo $$ > /sys/fs/cgroup/ci/cgroup.procs; exec sleep 100000' &
+holder=$!
 
 case_run a /cases/root
 case_run b /cases/service
@@ -173,6 +179,34 @@ kill $holder
 say done x ok
 poweroff -f
 "#;
+
+/// The systemd machine's CI job: a service whose shell (and a sleep) stay
+/// in its cgroup while soak runs, as a GitHub or GitLab runner's job does.
+const SYSTEMD_JOB: &str = r#"#!/bin/sh
+exec > /dev/ttyS0 2>&1
+. /cases/lib.sh
+echo
+say kernel x "$(uname -r)"
+say controllers x "$(cat /sys/fs/cgroup/cgroup.controllers)"
+say systemd x "$(systemctl --version | head -1)"
+cd /tmp
+sleep 100000 &
+holder=$!
+case_run s /cases/root
+kill $holder
+say done x ok
+echo o > /proc/sysrq-trigger
+"#;
+
+const SYSTEMD_UNIT: &str = "[Unit]
+Description=soak as a CI runner's job
+After=dbus.service
+Wants=dbus.service
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh /cases/job
+";
 
 /// Launchers: each runs its arguments where its case's soak would run.
 const CASES: [(&str, &str); 6] = [
@@ -264,27 +298,81 @@ impl VmRun {
     }
 }
 
-fn boot() -> VmRun {
-    common::require_tool("qemu-system-x86_64", "qemu-system-x86");
-    common::require_tool("cpio", "cpio");
-    common::require_file("/bin/busybox", "busybox-static");
-    let kernel = kernel();
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("root");
-    for d in [
-        "bin", "proc", "sys", "dev", "tmp", "suites", "cases", "usr/bin",
-    ] {
+/// The two machines: busybox as PID 1 (cases a-d), and Debian with
+/// systemd as PID 1, soak run from a service (case s).
+#[derive(Clone, Copy, PartialEq)]
+enum Machine {
+    Busybox,
+    Systemd,
+}
+
+/// Where `scripts/deps` keeps a Debian root with systemd (debootstrap).
+fn systemd_root() -> PathBuf {
+    let root = kernel().with_file_name("systemd-root");
+    assert!(
+        root.join("lib/systemd/systemd").is_file(),
+        "{} is missing: run scripts/deps (it makes a Debian root with systemd by debootstrap)",
+        root.display()
+    );
+    root
+}
+
+/// A cpio archive (newc, as the kernel reads it) of a folder.
+fn cpio(dir: &Path, out: &Path) {
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cd {} && find . | cpio -o -H newc --quiet > {}",
+            dir.display(),
+            out.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(st.success(), "cpio of {} failed", dir.display());
+}
+
+/// soak, the suites and the case scripts, for either machine.
+fn overlay(root: &Path, machine: Machine) {
+    for d in ["proc", "sys", "dev", "tmp", "suites", "cases", "usr/bin"] {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }
-    std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
-    install(&root, Path::new(env!("CARGO_BIN_EXE_soak")), "/bin/soak");
-    for tool in ["unshare", "setpriv"] {
-        install(
-            &root,
-            &Path::new("/usr/bin").join(tool),
-            &format!("/usr/bin/{tool}"),
-        );
+    match machine {
+        Machine::Busybox => {
+            std::fs::create_dir_all(root.join("bin")).unwrap();
+            std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
+            install(root, Path::new(env!("CARGO_BIN_EXE_soak")), "/bin/soak");
+            for tool in ["unshare", "setpriv"] {
+                install(
+                    root,
+                    &Path::new("/usr/bin").join(tool),
+                    &format!("/usr/bin/{tool}"),
+                );
+            }
+            std::fs::write(root.join("init"), INIT).unwrap();
+            Command::new("chmod")
+                .arg("755")
+                .arg(root.join("init"))
+                .status()
+                .unwrap();
+        }
+        Machine::Systemd => {
+            // Debian's own libraries are in the root already.
+            let soak = root.join("usr/local/bin/soak");
+            std::fs::create_dir_all(soak.parent().unwrap()).unwrap();
+            std::fs::copy(env!("CARGO_BIN_EXE_soak"), &soak).unwrap();
+            std::os::unix::fs::symlink("/lib/systemd/systemd", root.join("init")).unwrap();
+            let units = root.join("etc/systemd/system");
+            std::fs::create_dir_all(units.join("multi-user.target.wants")).unwrap();
+            std::fs::write(units.join("ci-job.service"), SYSTEMD_UNIT).unwrap();
+            std::os::unix::fs::symlink(
+                "/etc/systemd/system/ci-job.service",
+                units.join("multi-user.target.wants/ci-job.service"),
+            )
+            .unwrap();
+            std::fs::write(root.join("cases/job"), SYSTEMD_JOB).unwrap();
+        }
     }
+    std::fs::write(root.join("cases/lib.sh"), LIB).unwrap();
     for (name, text) in [
         ("vm-kill.yaml", KILL_SUITE),
         ("vm-oom.yaml", OOM_SUITE),
@@ -295,6 +383,16 @@ fn boot() -> VmRun {
     for (name, text) in CASES {
         std::fs::write(root.join("cases").join(name), text).unwrap();
     }
+}
+
+fn boot(machine: Machine) -> VmRun {
+    common::require_tool("qemu-system-x86_64", "qemu-system-x86");
+    common::require_tool("cpio", "cpio");
+    common::require_file("/bin/busybox", "busybox-static");
+    let kernel = kernel();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    overlay(&root, machine);
     // A suite soak refuses would only show as a timeout in the VM.
     let check = Command::new(env!("CARGO_BIN_EXE_soak"))
         .arg("validate")
@@ -306,49 +404,45 @@ fn boot() -> VmRun {
         "{}",
         String::from_utf8_lossy(&check.stderr)
     );
-    let init = root.join("init");
-    std::fs::write(&init, INIT).unwrap();
-    Command::new("chmod")
-        .arg("755")
-        .arg(&init)
-        .status()
-        .unwrap();
     let initrd = tmp.path().join("initrd.cpio");
-    let st = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "cd {} && find . | cpio -o -H newc --quiet > {}",
-            root.display(),
-            initrd.display()
-        ))
-        .status()
-        .unwrap();
-    assert!(st.success(), "cpio failed");
+    cpio(&root, &initrd);
+    if machine == Machine::Systemd {
+        // The kernel unpacks archives one after the other: Debian's root
+        // first, soak's files over it.
+        let base = tmp.path().join("base.cpio");
+        cpio(&systemd_root(), &base);
+        let mut both = std::fs::read(&base).unwrap();
+        both.extend(std::fs::read(&initrd).unwrap());
+        std::fs::write(&initrd, both).unwrap();
+    }
     let started = Instant::now();
     // `-cpu max`: soak is built for SSE4.2 and PCLMUL, which qemu's
     // default CPU lacks. KVM aborted on this host: software emulation.
     // The console goes to a file as it comes, to follow a run (`tail -f`)
-    // and to read after a failure: target/cgroup-v2-vm.log.
-    let console_file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cgroup-v2-vm.log");
+    // and to read after a failure: target/tmp/cgroup-v2-*.log.
+    let name = match machine {
+        Machine::Busybox => "busybox",
+        Machine::Systemd => "systemd",
+    };
+    let console_file = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cgroup-v2-{name}.log"));
     let console_out = std::fs::File::create(&console_file).unwrap();
     let status = Command::new("timeout")
+        .args(["1200", "qemu-system-x86_64", "-accel", "tcg", "-cpu", "max"])
         .args([
-            "1200",
-            "qemu-system-x86_64",
-            "-accel",
-            "tcg",
-            "-cpu",
-            "max",
             "-smp",
             "2",
+            "-m",
+            "2048",
+            "-nographic",
+            "-no-reboot",
+            "-kernel",
         ])
-        .args(["-m", "1536", "-nographic", "-no-reboot", "-kernel"])
         .arg(&kernel)
         .arg("-initrd")
         .arg(&initrd)
         .args([
             "-append",
-            "console=ttyS0 cgroup_no_v1=all loglevel=1 panic=-1",
+            "console=ttyS0 cgroup_no_v1=all loglevel=1 panic=-1 systemd.show_status=0",
         ])
         .stdin(Stdio::null())
         .stdout(console_out)
@@ -388,28 +482,42 @@ fn boot() -> VmRun {
         logs,
         console,
     };
-    assert_eq!(vm.get("done", "x"), "ok", "the VM did not finish");
+    assert_eq!(
+        vm.get("done", "x"),
+        "ok",
+        "the VM did not finish (console: {})",
+        console_file.display()
+    );
     // What the cases ran with, printed past the test harness's capture.
+    let layouts: Vec<String> = vm
+        .marks
+        .iter()
+        .filter(|((k, _), _)| k == "layout")
+        .map(|((_, case), text)| format!("{case}: {}", text.trim()))
+        .collect();
     let _ = writeln!(
         std::io::stderr(),
-        "cgroup v2 VM: Linux {} ({}), controllers: {}, {:.0} s under qemu; soak started in: a {}; b {}; c {}",
+        "cgroup v2 VM ({name}{}): Linux {} ({}), controllers: {}, {:.0} s under qemu; soak started in {}",
+        vm.marks
+            .get(&("systemd".to_string(), "x".to_string()))
+            .map(|v| format!(", {v}"))
+            .unwrap_or_default(),
         vm.get("kernel", "x"),
-        std::fs::read_to_string(kernel.with_file_name("kernel.txt")).unwrap_or_default().trim(),
+        std::fs::read_to_string(kernel.with_file_name("kernel.txt"))
+            .unwrap_or_default()
+            .trim(),
         vm.get("controllers", "x"),
         started.elapsed().as_secs_f64(),
-        vm.get("layout", "a"),
-        vm.get("layout", "b"),
-        vm.get("layout", "c"),
+        layouts.join("; "),
     );
     vm
 }
 
-/// The one boot every test reads from. A boot that fails fails every
-/// test with its message, and is not tried again by each of them.
-fn vm() -> &'static VmRun {
-    static VM: OnceLock<Result<VmRun, String>> = OnceLock::new();
-    let run = VM.get_or_init(|| {
-        std::panic::catch_unwind(boot).map_err(|e| {
+/// One boot of each machine, which every test reads from. A boot that
+/// fails fails its tests with its message, and is not tried again by each.
+fn booted(cell: &'static OnceLock<Result<VmRun, String>>, machine: Machine) -> &'static VmRun {
+    let run = cell.get_or_init(|| {
+        std::panic::catch_unwind(|| boot(machine)).map_err(|e| {
             e.downcast_ref::<String>()
                 .cloned()
                 .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
@@ -422,11 +530,20 @@ fn vm() -> &'static VmRun {
     }
 }
 
+fn vm() -> &'static VmRun {
+    static VM: OnceLock<Result<VmRun, String>> = OnceLock::new();
+    booted(&VM, Machine::Busybox)
+}
+
+fn systemd_vm() -> &'static VmRun {
+    static VM: OnceLock<Result<VmRun, String>> = OnceLock::new();
+    booted(&VM, Machine::Systemd)
+}
+
 /// A case's kill suite passed under memory.max with its live limit; its
 /// OOM suite recorded the kernel's kills and restarted the node; soak
 /// SIGKILLed and `soak cleanup` left nothing.
-fn case_passes(case: &str) {
-    let vm = vm();
+fn case_passes(vm: &VmRun, case: &str) {
     let log = vm.log(case);
     // The kill suite.
     assert_eq!(vm.exit(&format!("{case}-kill")), 0, "{log}");
@@ -500,7 +617,7 @@ fn the_kernel_gives_cgroup_v2_with_the_memory_controller() {
 #[test]
 fn from_the_root_cgroup() {
     assert_eq!(vm().get("layout", "a").trim(), "0::/");
-    case_passes("a");
+    case_passes(vm(), "a");
     let s = vm().summary("a-kill");
     let placement = s["cells"][0]["cgroup"]["placement"].as_str().unwrap();
     assert!(placement.contains("root cgroup"), "{placement}");
@@ -511,7 +628,7 @@ fn from_the_root_cgroup() {
 #[test]
 fn from_a_cgroup_that_also_holds_another_process() {
     assert_eq!(vm().get("layout", "b").trim(), "0::/ci");
-    case_passes("b");
+    case_passes(vm(), "b");
     let s = vm().summary("b-kill");
     let cg = &s["cells"][0]["cgroup"];
     assert!(
@@ -535,7 +652,7 @@ fn from_a_cgroup_that_also_holds_another_process() {
 #[test]
 fn from_a_cgroup_namespace_as_a_containers_command() {
     assert_eq!(vm().get("layout", "c").trim(), "0::/");
-    case_passes("c");
+    case_passes(vm(), "c");
     let s = vm().summary("c-kill");
     let placement = s["cells"][0]["cgroup"]["placement"].as_str().unwrap();
     assert!(placement.contains("alone in its cgroup"), "{placement}");
@@ -577,4 +694,31 @@ fn as_a_user_without_delegation_it_exits_3_with_the_command_to_run() {
         .unwrap()
         .trim()
         .is_empty());
+}
+
+/// (s) A CI job under systemd: soak started from a service whose cgroup
+/// also holds the job's shell. soak asks systemd for a delegated scope of
+/// its own over D-Bus and makes its node cgroups there.
+#[test]
+fn from_a_systemd_service_through_a_delegated_scope() {
+    let vm = systemd_vm();
+    assert_eq!(
+        vm.get("layout", "s").trim(),
+        "0::/system.slice/ci-job.service"
+    );
+    case_passes(vm, "s");
+    let s = vm.summary("s-kill");
+    let cg = &s["cells"][0]["cgroup"];
+    let path = cg["path"].as_str().unwrap();
+    assert!(
+        path.starts_with("/sys/fs/cgroup/system.slice/soak-") && path.contains(".scope/soak-"),
+        "{cg}"
+    );
+    assert!(
+        cg["placement"]
+            .as_str()
+            .unwrap()
+            .contains("transient scope"),
+        "{cg}"
+    );
 }
