@@ -1,7 +1,15 @@
 //! `soak cleanup`: removes what an interrupted run left behind, found by
 //! soak's own labels only: cgroups named `soak-<run id>-<cell>` and
 //! processes whose environment holds `SOAK_RUN_ID`.
+//!
+//! On a shared host (a CI machine running two jobs) another shell's run
+//! may be alive: each run holds a lock for its whole life
+//! ([`RunLock`]), which the kernel lets go of however soak dies, and
+//! cleanup leaves the labels of a run whose lock is held alone (unless
+//! forced).
 
+use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use nix::sys::signal::{kill, Signal};
@@ -16,6 +24,79 @@ pub struct Cleaned {
     pub cgroups: Vec<PathBuf>,
 }
 
+/// Where runs keep their locks: `/run/soak` where it can be made (root),
+/// else `$XDG_RUNTIME_DIR/soak`, else `soak-<uid>` in the temp folder.
+pub fn lock_dir() -> PathBuf {
+    let candidates = [
+        Some(PathBuf::from("/run/soak")),
+        std::env::var_os("XDG_RUNTIME_DIR").map(|d| PathBuf::from(d).join("soak")),
+        Some(std::env::temp_dir().join(format!("soak-{}", nix::unistd::geteuid()))),
+    ];
+    for dir in candidates.into_iter().flatten() {
+        if std::fs::create_dir_all(&dir).is_ok()
+            && nix::unistd::access(&dir, nix::unistd::AccessFlags::W_OK).is_ok()
+        {
+            return dir;
+        }
+    }
+    std::env::temp_dir()
+}
+
+/// A live run's lock: an exclusive `flock` on `<lock dir>/<run>.lock`,
+/// held until the process ends.
+#[derive(Debug)]
+pub struct RunLock {
+    _file: std::fs::File,
+    path: PathBuf,
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn try_flock(f: &std::fs::File) -> bool {
+    // SAFETY: flock(2) on a descriptor this function borrows.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// Takes the lock of run `run` for this process.
+pub fn lock_run(run: &str) -> std::io::Result<RunLock> {
+    let path = lock_dir().join(format!("{run}.lock"));
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)?;
+    if !try_flock(&file) {
+        return Err(std::io::Error::other(format!(
+            "{} is held by another soak",
+            path.display()
+        )));
+    }
+    file.set_len(0)?;
+    writeln!(file, "{}", std::process::id())?;
+    Ok(RunLock { _file: file, path })
+}
+
+/// Whether the soak of run `run` is alive (holds its lock).
+pub fn is_alive(run: &str) -> bool {
+    let path = lock_dir().join(format!("{run}.lock"));
+    match std::fs::File::open(&path) {
+        Ok(f) => !try_flock(&f),
+        Err(_) => false,
+    }
+}
+
+/// The run id in a name soak gave (`soak-<run>`, `soak-<run>-0`,
+/// `soak-<run>.scope`, `soak-<run>-supervisor`).
+pub fn run_of(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix(cgroup::PREFIX)?;
+    let end = rest.find(['-', '.']).unwrap_or(rest.len());
+    (end > 0).then(|| &rest[..end])
+}
+
 /// The run id a process was labelled with, from `/proc/PID/environ`.
 pub fn run_label(pid: i32) -> Option<String> {
     let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
@@ -25,8 +106,9 @@ pub fn run_label(pid: i32) -> Option<String> {
     })
 }
 
-/// Kills processes labelled with `run` (any run when `None`).
-pub fn kill_labelled(run: Option<&str>) -> Vec<(i32, String)> {
+/// Kills processes labelled with `run` (any run when `None`), but those of
+/// runs `alive` says are alive.
+pub fn kill_labelled(run: Option<&str>, alive: &dyn Fn(&str) -> bool) -> Vec<(i32, String)> {
     let me = std::process::id() as i32;
     let mut killed = vec![];
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -42,7 +124,7 @@ pub fn kill_labelled(run: Option<&str>) -> Vec<(i32, String)> {
         let Some(label) = run_label(pid) else {
             continue;
         };
-        if run.is_none_or(|r| r == label) {
+        if run.is_none_or(|r| r == label) && !alive(&label) {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
             killed.push((pid, label));
         }
@@ -50,11 +132,18 @@ pub fn kill_labelled(run: Option<&str>) -> Vec<(i32, String)> {
     killed
 }
 
-fn walk(dir: &Path, depth: usize, version: Version, run: Option<&str>, out: &mut Vec<PathBuf>) {
+fn walk(
+    dir: &Path,
+    depth: usize,
+    version: Version,
+    run: Option<&str>,
+    alive: &dyn Fn(&str) -> bool,
+    out: &mut Vec<PathBuf>,
+) {
     if depth == 0 {
         return;
     }
-    out.extend(cgroup::cleanup_in(dir, version, run));
+    out.extend(cgroup::cleanup_in(dir, version, run, alive));
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -62,20 +151,49 @@ fn walk(dir: &Path, depth: usize, version: Version, run: Option<&str>, out: &mut
         let p = e.path();
         let is_soak = e.file_name().to_string_lossy().starts_with(cgroup::PREFIX);
         if p.is_dir() && !is_soak {
-            walk(&p, depth - 1, version, run, out);
+            walk(&p, depth - 1, version, run, alive, out);
         }
     }
 }
 
-/// Removes soak's processes and cgroups (of one run, or of every run).
-pub fn cleanup(run: Option<&str>) -> Cleaned {
-    let processes = kill_labelled(run);
+/// Removes soak's processes and cgroups (of one run, or of every run),
+/// leaving alone those of runs whose soak is alive unless `force`.
+pub fn cleanup(run: Option<&str>, force: bool) -> Cleaned {
+    let alive = |r: &str| !force && is_alive(r);
+    let processes = kill_labelled(run, &alive);
     let mut cgroups = vec![];
     if let Ok(h) = cgroup::detect() {
         // From the hierarchy's root (as this process sees it): the run may
         // have been made from another cgroup than the one this command runs
         // in, and on v2 its cgroups may sit beneath an ancestor of it.
-        walk(&h.mount, 8, h.version, run, &mut cgroups);
+        walk(&h.mount, 8, h.version, run, &alive, &mut cgroups);
     }
     Cleaned { processes, cgroups }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_ids_are_read_from_every_name_soak_gives() {
+        assert_eq!(run_of("soak-abc123-0"), Some("abc123"));
+        assert_eq!(run_of("soak-abc123"), Some("abc123"));
+        assert_eq!(run_of("soak-abc123.scope"), Some("abc123"));
+        assert_eq!(run_of("soak-abc123-supervisor"), Some("abc123"));
+        assert_eq!(run_of("soak-"), None);
+        assert_eq!(run_of("system.slice"), None);
+    }
+
+    #[test]
+    fn a_run_is_alive_while_its_lock_is_held() {
+        let run = format!("unit{}", std::process::id());
+        assert!(!is_alive(&run));
+        let lock = lock_run(&run).unwrap();
+        assert!(is_alive(&run));
+        // A second soak cannot take the same run.
+        assert!(lock_run(&run).is_err());
+        drop(lock);
+        assert!(!is_alive(&run));
+    }
 }

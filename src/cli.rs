@@ -68,11 +68,16 @@ enum Command {
         #[arg(long, default_value = "reports")]
         out: PathBuf,
     },
-    /// Remove what interrupted runs left: processes and cgroups labelled by soak.
+    /// Remove what interrupted runs left: processes and cgroups labelled by
+    /// soak. Runs whose soak is still alive (on a shared host, another
+    /// shell's) are left alone unless --force.
     Cleanup {
         /// Only this run id (the suffix of the report folder).
         #[arg(long)]
         run: Option<String>,
+        /// Also what belongs to runs whose soak is alive.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -199,8 +204,8 @@ pub fn main() -> i32 {
             println!("{}", crate::suite::schema::suite_schema());
             exit::PASS
         }
-        Command::Cleanup { run } => {
-            let cleaned = crate::cleanup::cleanup(run.as_deref());
+        Command::Cleanup { run, force } => {
+            let cleaned = crate::cleanup::cleanup(run.as_deref(), force);
             for (pid, label) in &cleaned.processes {
                 println!("killed process {pid} (run {label})");
             }
@@ -391,7 +396,7 @@ fn run_command(opts: RunOptions) -> i32 {
                 } else {
                     eprintln!("soak: killing the nodes and leaving");
                     if let Some(id) = crate::run::current_run_id() {
-                        crate::cleanup::cleanup(Some(&id));
+                        crate::cleanup::cleanup(Some(&id), true);
                     }
                     std::process::exit(130);
                 }

@@ -160,6 +160,14 @@ pub async fn run(
     let suite = Suite::load(&opts.suite)?;
     let cells = select_cells(&suite, opts)?;
     let run_id = RUN_ID.get_or_init(new_run_id).clone();
+    // Held while this run lives: `soak cleanup` in another shell leaves
+    // this run alone.
+    let _lock = crate::cleanup::lock_run(&run_id).map_err(|e| {
+        RunError::Environment(format!(
+            "cannot take the run's lock in {}: {e}",
+            crate::cleanup::lock_dir().display()
+        ))
+    })?;
     // Where the nodes' cgroups go: decided once, before anything is made,
     // and undone when the run ends (see `driver::cgroup::place`). Without
     // a limit, a node runs without a cgroup where soak may make none.

@@ -169,7 +169,7 @@ fn v2_is_detected_and_driven_through_its_files() {
         std::fs::remove_file(cg.path.join(f)).unwrap();
     }
     std::mem::forget(cg);
-    let removed = cgroup::cleanup_in(root, Version::V2, Some("abc123"));
+    let removed = cgroup::cleanup_in(root, Version::V2, Some("abc123"), &|_| false);
     assert_eq!(removed, vec![root.join("soak-abc123-0")]);
     assert!(root.join("not-soak").exists());
 }
@@ -265,7 +265,7 @@ fn beside_another_process_soak_uses_the_nearest_ancestor_that_can_hand_memory_do
     std::mem::forget(cg);
     std::mem::forget(placement);
     std::fs::remove_file(root.join("soak-r1/cgroup.subtree_control")).unwrap();
-    let removed = cgroup::cleanup_in(root, Version::V2, Some("r1"));
+    let removed = cgroup::cleanup_in(root, Version::V2, Some("r1"), &|_| false);
     assert_eq!(removed, vec![root.join("soak-r1")]);
     assert!(!root.join("soak-r1").exists());
 }
@@ -304,7 +304,7 @@ fn alone_in_its_cgroup_soak_moves_into_a_leaf_and_back() {
         "-memory"
     );
     // A leaf of a live soak is never killed by cleanup, only removed once empty.
-    assert!(cgroup::cleanup_in(&root.join("job.scope"), Version::V2, None).is_empty());
+    assert!(cgroup::cleanup_in(&root.join("job.scope"), Version::V2, None, &|_| false).is_empty());
 }
 
 /// A container that runs soak beside its own init: the namespace's root

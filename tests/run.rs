@@ -600,6 +600,70 @@ fn an_interrupted_run_still_reports_and_leaves_nothing() {
     assert_nothing_left(&run);
 }
 
+/// A CI host running two jobs: `soak cleanup` in one shell leaves the
+/// other shell's live run alone (its node, its cgroup), and the run then
+/// ends as it would have.
+#[test]
+fn soak_cleanup_leaves_a_live_run_of_another_shell_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = spawn_soak_run(
+        "suites/smoke.yaml",
+        dir.path(),
+        std::process::Stdio::piped(),
+    );
+    let events = wait_for_file(dir.path(), "events.jsonl", |e| {
+        std::fs::read_to_string(e).unwrap().contains("\"ready\"")
+    });
+    let report_dir = events.parent().unwrap().parent().unwrap().parent().unwrap();
+    let id = report_dir
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .rsplit('-')
+        .next()
+        .unwrap()
+        .to_string();
+    let labelled = || -> Vec<i32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+            .filter(|pid| soak::cleanup::run_label(*pid).as_deref() == Some(id.as_str()))
+            .collect()
+    };
+    let node = labelled();
+    assert!(!node.is_empty(), "the run's node is not running");
+    for args in [vec!["cleanup"], vec!["cleanup", "--run", id.as_str()]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_soak"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!text.contains(&id), "{args:?} touched the live run: {text}");
+    }
+    assert_eq!(labelled(), node, "the live run's node was killed");
+    assert!(child.try_wait().unwrap().is_none(), "the live run died");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let run = Run {
+        out: Output {
+            status,
+            stdout: vec![],
+            stderr: vec![],
+        },
+        summary: None,
+        report_dir: Some(report_dir.to_path_buf()),
+        _dir: dir,
+    };
+    assert_nothing_left(&run);
+}
+
 fn chaos_actions(run: &Run) -> Vec<(u64, String, String)> {
     run.cell()["chaos"]
         .as_array()

@@ -532,7 +532,13 @@ pub fn lists(file: &Path, controller: &str) -> bool {
 /// cgroups when `run` is `None`), killing their processes first. Returns
 /// the paths removed. A soak's own leaf (`...-supervisor`) holds soak
 /// itself while its run lives: it is never killed, only removed once empty.
-pub fn cleanup_in(parent: &Path, version: Version, run: Option<&str>) -> Vec<PathBuf> {
+/// Cgroups of runs `alive` says are alive are left alone.
+pub fn cleanup_in(
+    parent: &Path,
+    version: Version,
+    run: Option<&str>,
+    alive: &dyn Fn(&str) -> bool,
+) -> Vec<PathBuf> {
     let mut removed = vec![];
     let Ok(entries) = fs::read_dir(parent) else {
         return removed;
@@ -544,6 +550,9 @@ pub fn cleanup_in(parent: &Path, version: Version, run: Option<&str>) -> Vec<Pat
             None => name.starts_with(PREFIX),
         };
         if !wanted || !e.path().is_dir() {
+            continue;
+        }
+        if crate::cleanup::run_of(&name).is_some_and(alive) {
             continue;
         }
         if name.ends_with(place::SUPERVISOR_SUFFIX) {
