@@ -324,5 +324,5 @@ fn in_a_container_beside_other_processes_the_error_says_what_to_do() {
         "{err}"
     );
     assert!(err.contains("root of a cgroup namespace"), "{err}");
-    assert!(err.contains("make soak the container's command"), "{err}");
+    assert!(err.contains("soak as the container's command"), "{err}");
 }

@@ -105,6 +105,12 @@ phases:
 /// `case_run NAME LAUNCHER`: the three suites and a SIGKILL of soak.
 const LIB: &str = r#"
 say() { echo "SOAKVM $*"; }
+# doctor NAME LAUNCHER: what soak doctor says where that case's soak runs.
+doctor() {
+  /bin/sh $2 soak doctor --out /tmp > /tmp/doctor-$1.log 2>&1
+  say exit doctor-$1 $?
+  sed "s|^|SOAKVM log doctor-$1 |" /tmp/doctor-$1.log
+}
 soak_cgroups() { find /sys/fs/cgroup -name 'soak-*' -type d | tr '\n' ' '; }
 soak_procs() { ps -o pid,args | grep -e soak-node -e 'soak run' | grep -v grep | tr '\n' ' '; }
 summary() { tr -d '\n' < "$(find "$1" -name summary.json | head -1)" 2>/dev/null; }
@@ -157,6 +163,8 @@ mkdir /sys/fs/cgroup/ci
 sh -c 'echo $$ > /sys/fs/cgroup/ci/cgroup.procs; exec sleep 100000' &
 holder=$!
 
+doctor a /cases/root
+doctor b /cases/service
 case_run a /cases/root
 case_run b /cases/service
 case_run c /cases/container
@@ -170,6 +178,7 @@ sed "s|^|SOAKVM log c2 |" /tmp/c2.log
 # (d) A user without delegation.
 mkdir /sys/fs/cgroup/user /tmp/d
 chmod 777 /tmp/d
+doctor d /cases/user
 /bin/sh /cases/user soak run /suites/vm-kill.yaml --out /tmp/d/r > /tmp/d.log 2>&1
 say exit d $?
 say left d "$(soak_cgroups)|$(soak_procs)|$(ls /tmp/d)"
@@ -192,6 +201,7 @@ say systemd x "$(systemctl --version | head -1)"
 cd /tmp
 sleep 100000 &
 holder=$!
+doctor s /cases/root
 case_run s /cases/root
 kill $holder
 say done x ok
@@ -611,6 +621,27 @@ fn the_kernel_gives_cgroup_v2_with_the_memory_controller() {
         "{}",
         vm.console
     );
+}
+
+/// `soak doctor` where each case's soak runs: what it would do, and
+/// whether a suite can run.
+#[test]
+fn soak_doctor_says_where_soak_would_place_its_cgroups() {
+    let vm = vm();
+    for (case, code, says) in [
+        ("doctor-a", 0, "soak runs in the root cgroup"),
+        ("doctor-b", 0, "holds other processes"),
+        ("doctor-d", 3, "not writable by uid 1000"),
+    ] {
+        let log = vm.logs.get(case).cloned().unwrap_or_default();
+        assert_eq!(vm.exit(case), code, "{log}");
+        assert!(log.contains("cgroup v2 at /sys/fs/cgroup"), "{log}");
+        assert!(log.contains(says), "{log}");
+    }
+    let vm = systemd_vm();
+    let log = vm.logs.get("doctor-s").cloned().unwrap_or_default();
+    assert_eq!(vm.exit("doctor-s"), 0, "{log}");
+    assert!(log.contains("transient scope"), "{log}");
 }
 
 /// (a) soak in the root cgroup.

@@ -279,14 +279,14 @@ pub fn plan(h: &Hierarchy, run: &str, me: i32) -> Result<Plan, NoAccess> {
 fn fix_for_no_access() -> String {
     let cmd = this_command();
     let mut fix =
-        String::from("Give soak a cgroup of its own with the memory controller delegated:");
+        String::from("Give soak a cgroup of its own with the memory controller delegated, one of:");
     if systemd_runs() {
         fix += &format!("\n  systemd-run --user --scope -p Delegate=yes {cmd}");
     }
     if !nix::unistd::geteuid().is_root() {
-        fix += &format!("\n  or run it as root: sudo {cmd}");
+        fix += &format!("\n  sudo {cmd}");
     }
-    fix += "\n  in a container: make soak the container's command (alone in its cgroup), with a writable /sys/fs/cgroup (docker run --privileged --cgroupns=private ...)";
+    fix += "\n  in a container: soak as the container's command (alone in its cgroup), with a writable /sys/fs/cgroup (docker run --privileged --cgroupns=private ...)";
     fix
 }
 
