@@ -104,7 +104,8 @@ phases:
 /// What both machines' cases share: `SOAKVM KEY CASE TEXT` lines, and
 /// `case_run NAME LAUNCHER`: the three suites and a SIGKILL of soak.
 const LIB: &str = r#"
-say() { echo "SOAKVM $*"; }
+# printf, not echo: dash's echo turns the \n of a JSON string into a line break.
+say() { printf 'SOAKVM %s\n' "$*"; }
 # doctor NAME LAUNCHER: what soak doctor says where that case's soak runs.
 doctor() {
   /bin/sh $2 soak doctor --out /tmp > /tmp/doctor-$1.log 2>&1
@@ -202,6 +203,11 @@ cd /tmp
 sleep 100000 &
 holder=$!
 doctor s /cases/root
+# The README's suite as it is, as a new user on a cgroup v2 host runs it.
+soak run /suites/smoke.yaml > /tmp/smoke.log 2>&1
+say exit smoke $?
+say summary smoke "$(summary /tmp/reports)"
+sed "s|^|SOAKVM log smoke |" /tmp/smoke.log
 case_run s /cases/root
 kill $holder
 say done x ok
@@ -390,6 +396,11 @@ fn overlay(root: &Path, machine: Machine) {
     ] {
         std::fs::write(root.join("suites").join(name), text).unwrap();
     }
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("suites/smoke.yaml"),
+        root.join("suites/smoke.yaml"),
+    )
+    .unwrap();
     for (name, text) in CASES {
         std::fs::write(root.join("cases").join(name), text).unwrap();
     }
@@ -725,6 +736,21 @@ fn as_a_user_without_delegation_it_exits_3_with_the_command_to_run() {
         .unwrap()
         .trim()
         .is_empty());
+}
+
+/// The README's first suite, unchanged, on the cgroup v2 machine with
+/// systemd, from a CI job's service: what a new user on such a host runs.
+#[test]
+fn the_readme_smoke_suite_passes_on_a_cgroup_v2_host_with_systemd() {
+    let vm = systemd_vm();
+    assert_eq!(vm.exit("smoke"), 0, "{}", vm.log("smoke"));
+    let s = vm.summary("smoke");
+    let c = &s["cells"][0];
+    assert_eq!(c["verdict"], "pass", "{c}");
+    assert_eq!(c["integrity"]["lost"], 0, "{c}");
+    assert!(c["integrity"]["verified"].as_u64().unwrap() > 1000, "{c}");
+    assert_eq!(c["cgroup"]["version"], "v2", "{c}");
+    assert_eq!(c["restarts"].as_array().unwrap().len(), 2, "{c}");
 }
 
 /// (s) A CI job under systemd: soak started from a service whose cgroup
