@@ -358,6 +358,9 @@ fn verify_command(cell: &std::path::Path, target: Option<String>) -> i32 {
                     ""
                 },
             );
+            if let Some(first) = &r.first_lost {
+                println!("first lost: {first}");
+            }
             if i.lost + i.corrupted + i.resurrected == 0 {
                 exit::PASS
             } else {

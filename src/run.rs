@@ -536,6 +536,9 @@ async fn run_cell(
         })),
         None => None,
     };
+    if let Some(e) = engine.as_mut() {
+        e.set_origin(origin.into_std());
+    }
     let verify_target = engine
         .as_ref()
         .map(|e| e.cfg.target.clone())
@@ -582,6 +585,10 @@ async fn run_cell(
         interrupt,
         ctx,
     );
+    cell.readback_after_restart = suite
+        .workload
+        .as_ref()
+        .is_none_or(|w| w.readback_after_restart);
     let mut outcome = cell.first_start().await;
     if outcome.is_ok() {
         if let (Some(p), Some(pid)) = (&profile, cell.node.pid()) {
@@ -663,7 +670,14 @@ async fn run_cell(
     let load = engine.as_ref().map(|e| e.stats());
     let mut integrity = integrity_found;
     integrity.acknowledged = load.as_ref().map(|l| l.acknowledged_writes()).unwrap_or(0);
-    integrity.corrupted += load.as_ref().map(|l| l.corrupted_reads).unwrap_or(0);
+    // Reads during the load judged every key they read: what they found
+    // lost, corrupted or resurrected counts with the read-backs' findings
+    // (a key is counted once: a loss marks it unknown until rewritten).
+    if let Some(l) = &load {
+        integrity.lost += l.lost_reads;
+        integrity.corrupted += l.corrupted_reads;
+        integrity.resurrected += l.resurrected_reads;
+    }
 
     let warmup = suite
         .checks

@@ -194,7 +194,8 @@ async fn a_database_written_by_rocksdb_7_8_is_served_by_soak_node_and_the_downgr
         |_, _| {},
     )
     .await
-    .unwrap();
+    .unwrap()
+    .integrity;
     assert_eq!(
         (online.verified, online.lost, online.corrupted),
         (KEYS as u64, 0, 0)

@@ -199,6 +199,11 @@ pub struct Cell<'a> {
     pub version: String,
     /// Why the node is down, when soak took it down (for the next restart).
     down_reason: Option<(&'static str, f64, String)>,
+    /// Read every key back after an unclean restart, before the load
+    /// writes again (`workload.readback_after_restart`, default on).
+    pub readback_after_restart: bool,
+    /// What reads during the load had found when the last restart began.
+    reads_mark: Integrity,
     phase_counter: u64,
     /// When the ledger was last saved, and how often to save it.
     saved_at: Instant,
@@ -233,6 +238,8 @@ impl<'a> Cell<'a> {
             offline: vec![],
             version: BASE_VERSION.into(),
             down_reason: None,
+            readback_after_restart: true,
+            reads_mark: Integrity::default(),
             phase_counter: 0,
             saved_at: Instant::now(),
             save_every: Duration::from_secs(2),
@@ -283,36 +290,95 @@ impl<'a> Cell<'a> {
         Ok(())
     }
 
+    /// Starts the node again after it went down, and records the restart.
+    /// After an unclean death (a kill, a chaos action, an OOM kill, a
+    /// crash) the load is held and every key read back before it writes
+    /// again, so that each death's losses are counted against it (unless
+    /// the suite says `readback_after_restart: false`). A node that dies
+    /// under that read-back is restarted and read back again.
     async fn start(&mut self) -> Result<(), CellError> {
-        let (reason, at, exit) =
-            self.down_reason
-                .take()
-                .unwrap_or(("stop", self.events.t(), "stopped".into()));
-        self.target.segment.fetch_add(1, Relaxed);
-        let ready = self.node.start().await?;
-        self.set_up(true);
-        self.events.emit(
-            "ready",
-            format!(
-                "pid {} after {} ms (restart after {})",
-                self.node.pid().unwrap_or(0),
-                ready.as_millis(),
-                restart_cause(reason)
-            ),
-        );
-        self.restarts.push(Restart {
-            reason: reason.into(),
-            at_s: at,
-            ready_after_ms: ready.as_millis() as u64,
-            exit,
-        });
-        Ok(())
+        let mut resume = false;
+        loop {
+            let (reason, at, exit) =
+                self.down_reason
+                    .take()
+                    .unwrap_or(("stop", self.events.t(), "stopped".into()));
+            let unclean = matches!(reason, "kill" | "chaos" | "oom" | "crash");
+            let read_back = unclean && self.readback_after_restart && self.engine.is_some();
+            if read_back && self.engine.as_deref().is_some_and(|e| e.is_running()) {
+                resume = true;
+                self.pause_load().await;
+            }
+            // What reads during the load found since the last restart is
+            // that restart's.
+            self.close_reads_window();
+            self.target.segment.fetch_add(1, Relaxed);
+            let ready = self.node.start().await?;
+            self.set_up(true);
+            self.events.emit(
+                "ready",
+                format!(
+                    "pid {} after {} ms (restart after {})",
+                    self.node.pid().unwrap_or(0),
+                    ready.as_millis(),
+                    restart_cause(reason)
+                ),
+            );
+            self.restarts.push(Restart {
+                reason: reason.into(),
+                at_s: at,
+                ready_after_ms: ready.as_millis() as u64,
+                exit,
+                ..Restart::default()
+            });
+            if !read_back {
+                return Ok(());
+            }
+            let began = Instant::now();
+            match self.read_back_once().await {
+                Ok(found) => {
+                    let took = began.elapsed().as_secs_f64();
+                    self.integrity.add(&found.integrity);
+                    let n = self.restarts.len();
+                    let r = self.restarts.last_mut().expect("pushed above");
+                    r.readback_s = Some(took);
+                    r.found("read-back", &found.integrity, found.first_lost.clone());
+                    self.events.emit(
+                        "read-back",
+                        format!(
+                            "restart {n} ({} at {at:.1} s): {}, in {took:.1} s of read-back",
+                            restart_cause(reason),
+                            found.integrity
+                        ),
+                    );
+                    if let Some(first) = &found.first_lost {
+                        self.events
+                            .emit("lost", format!("restart {n}: first lost {first}"));
+                    }
+                    if resume {
+                        if let Some(e) = self.engine.as_deref_mut() {
+                            e.resume();
+                        }
+                    }
+                    return Ok(());
+                }
+                Err(e) if self.died_within(Duration::from_secs(2)).await => {
+                    self.events.emit(
+                        "read-back",
+                        format!("the node died during the read-back after its restart ({e}); starting it again"),
+                    );
+                    self.note_death()?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
-    /// If the node died on its own: record why and start it again.
-    async fn supervise(&mut self) -> Result<(), CellError> {
+    /// If the node died on its own: records why (for the restart), and
+    /// whether it did.
+    fn note_death(&mut self) -> Result<bool, CellError> {
         let Some(status) = self.node.exit_status() else {
-            return Ok(());
+            return Ok(false);
         };
         self.set_up(false);
         let death = self.node.classify_death();
@@ -331,7 +397,60 @@ impl<'a> Cell<'a> {
             return Err(CellError::CrashLoop(unexpected));
         }
         self.down_reason = Some((reason, at, describe(status)));
-        self.start().await
+        Ok(true)
+    }
+
+    /// If the node died on its own: record why and start it again.
+    async fn supervise(&mut self) -> Result<(), CellError> {
+        if self.note_death()? {
+            self.start().await?;
+        }
+        Ok(())
+    }
+
+    /// Losses the reads during the load found since the last call go to
+    /// the newest restart (the death before them), or, before any
+    /// restart, to the cell alone.
+    fn close_reads_window(&mut self) {
+        let Some(engine) = self.engine.as_deref() else {
+            return;
+        };
+        let stats = engine.stats();
+        let now = Integrity {
+            lost: stats.lost_reads,
+            corrupted: stats.corrupted_reads,
+            resurrected: stats.resurrected_reads,
+            ..Integrity::default()
+        };
+        let since = Integrity {
+            lost: now.lost - self.reads_mark.lost,
+            corrupted: now.corrupted - self.reads_mark.corrupted,
+            resurrected: now.resurrected - self.reads_mark.resurrected,
+            ..Integrity::default()
+        };
+        self.reads_mark = now;
+        let first = engine.take_first_lost();
+        if since.lost + since.corrupted + since.resurrected == 0 {
+            return;
+        }
+        let n = self.restarts.len();
+        let whose = match self.restarts.last_mut() {
+            Some(r) => {
+                r.found("reads during load", &since, first.clone());
+                format!("restart {n}")
+            }
+            None => "before any restart".to_string(),
+        };
+        self.events.emit(
+            "lost",
+            format!(
+                "reads during the load ({whose}): {} lost, {} corrupted, {} resurrected{}",
+                since.lost,
+                since.corrupted,
+                since.resurrected,
+                first.map(|f| format!("; first {f}")).unwrap_or_default()
+            ),
+        );
     }
 
     /// Whether the node has exited, or does within `d`.
@@ -427,23 +546,13 @@ impl<'a> Cell<'a> {
     async fn read_back(&mut self) -> Result<Option<Integrity>, CellError> {
         self.pause_load().await;
         self.supervise().await?;
-        let Some(engine) = self.engine.as_deref() else {
+        if self.engine.is_none() {
             return Ok(None);
-        };
+        }
         self.events
             .emit("verify", "reading back every key the ledger knows");
-        let timeout = engine.cfg.timeout;
         let found = loop {
-            let engine = self.engine.as_deref().expect("checked above");
-            let mut last_shown = 0;
-            let read = verify::online(&self.verify_target, &engine.ledger, timeout, |done, all| {
-                if all > 0 && done < all && done > last_shown {
-                    last_shown = done;
-                    eprintln!("           verify: {done}/{all} keys");
-                }
-            })
-            .await;
-            match read {
+            match self.read_back_once().await {
                 Ok(found) => break found,
                 // A node that dies under the read-back (an OOM kill while
                 // its caches fill) is restarted as during load, and read
@@ -458,9 +567,32 @@ impl<'a> Cell<'a> {
                 Err(e) => return Err(e.into()),
             }
         };
-        self.integrity.add(&found);
-        self.events.emit("verified", found.to_string());
-        Ok(Some(found))
+        self.integrity.add(&found.integrity);
+        self.events.emit("verified", found.integrity.to_string());
+        if let Some(first) = &found.first_lost {
+            self.events
+                .emit("lost", format!("verify: first lost {first}"));
+        }
+        Ok(Some(found.integrity))
+    }
+
+    /// One pass over every key the ledger knows, through the node, with
+    /// the load paused; a node that dies under it is the caller's to handle.
+    async fn read_back_once(&mut self) -> Result<verify::ReadBack, verify::VerifyError> {
+        let engine = self.engine.as_deref().expect("a workload to read back");
+        let mut last_shown = 0;
+        verify::online(
+            &self.verify_target,
+            &engine.ledger,
+            engine.cfg.timeout,
+            |done, all| {
+                if all > 0 && done < all && done > last_shown {
+                    last_shown = done;
+                    eprintln!("           verify: {done}/{all} keys");
+                }
+            },
+        )
+        .await
     }
 
     async fn exec(&mut self, e: &ExecSpec) -> Result<String, CellError> {
@@ -691,6 +823,7 @@ impl<'a> Cell<'a> {
                     at_s: at,
                     ready_after_ms: ready.as_millis() as u64,
                     exit: format!("{kind} from {from}"),
+                    ..Restart::default()
                 });
                 self.events.emit(
                     "ready",
@@ -715,6 +848,7 @@ impl<'a> Cell<'a> {
                     at_s: at,
                     ready_after_ms: ready.as_millis() as u64,
                     exit: format!("{to} refused; {from} started again"),
+                    ..Restart::default()
                 });
             }
             Err(e) => return Err(e.into()),
@@ -936,6 +1070,7 @@ impl<'a> Cell<'a> {
     /// After the phases: load off, the node stopped gracefully if it runs.
     pub async fn finish(&mut self) {
         self.pause_load().await;
+        self.close_reads_window();
         self.save_ledger(true).await;
         if self.node.is_running() {
             if let Ok(status) = self.node.stop().await {

@@ -202,19 +202,7 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
     }
     chart_rss(w, &c.id, chart, m.limit_bytes)?;
     if !c.restarts.is_empty() {
-        writeln!(w, "| restart | reason | at | ready after | previous incarnation ended by |\n|---:|---|---:|---:|---|")?;
-        for (n, r) in c.restarts.iter().enumerate() {
-            writeln!(
-                w,
-                "| {} | {} | {:.1} s | {} ms | {} |",
-                n + 1,
-                r.reason,
-                r.at_s,
-                r.ready_after_ms,
-                r.exit
-            )?;
-        }
-        writeln!(w)?;
+        restarts(w, &c.restarts)?;
     }
     if let Some(l) = &c.load {
         writeln!(
@@ -468,6 +456,80 @@ fn chart_rss(
         writeln!(w, "    line [{}]", flat.join(", "))?;
     }
     writeln!(w, "```\n")
+}
+
+/// Every restart: why, how long it took, and what its death took, found
+/// by the read-back after it or by reads during the load.
+fn restarts(w: &mut impl Write, restarts: &[super::Restart]) -> io::Result<()> {
+    for (n, r) in restarts.iter().enumerate() {
+        let bad = r.lost + r.corrupted + r.resurrected;
+        if bad == 0 {
+            continue;
+        }
+        writeln!(
+            w,
+            "- restart {} ({}, {} at {:.1} s): {} acknowledged writes lost{}{}{}, found by {}{}",
+            n + 1,
+            r.reason,
+            r.exit,
+            r.at_s,
+            thousands(r.lost),
+            if r.corrupted > 0 {
+                format!(", {} corrupted", thousands(r.corrupted))
+            } else {
+                String::new()
+            },
+            if r.resurrected > 0 {
+                format!(", {} deletes undone", thousands(r.resurrected))
+            } else {
+                String::new()
+            },
+            r.readback_s
+                .map(|s| format!(", in {s:.1} s of read-back"))
+                .unwrap_or_default(),
+            r.oracle.as_deref().unwrap_or("?"),
+            r.first_lost
+                .as_ref()
+                .map(|f| format!(
+                    "; first: `{}` version {} acknowledged at {:.1} s, read {}",
+                    f.key, f.acked_version, f.acked_at_s, f.read
+                ))
+                .unwrap_or_default(),
+        )?;
+    }
+    writeln!(w, "\n| restart | reason | at | ready after | previous incarnation ended by | lost | corrupted | resurrected | in doubt | read-back |\n|---:|---|---:|---:|---|---:|---:|---:|---:|---:|")?;
+    for (n, r) in restarts.iter().enumerate() {
+        writeln!(
+            w,
+            "| {} | {} | {:.1} s | {} ms | {} | {} | {} | {} | {} | {} |",
+            n + 1,
+            r.reason,
+            r.at_s,
+            r.ready_after_ms,
+            r.exit,
+            r.lost,
+            r.corrupted,
+            r.resurrected,
+            r.in_doubt,
+            r.readback_s
+                .map(|s| format!("{s:.1} s"))
+                .unwrap_or_else(|| "-".into()),
+        )?;
+    }
+    writeln!(w)
+}
+
+/// `1,204`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// What the node's cgroup counted: the kernel's peak, how often the limits

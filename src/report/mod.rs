@@ -194,7 +194,7 @@ pub struct ScrapeSummary {
     pub last_error: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Restart {
     /// What took the node down: a planned `kill`, `stop` or `restart`
     /// phase, a `chaos` action, an `oom` kill, a `crash`, or an `upgrade`.
@@ -204,6 +204,52 @@ pub struct Restart {
     pub ready_after_ms: u64,
     /// How the previous incarnation ended.
     pub exit: String,
+    /// Acknowledged writes this death took: found by the read-back right
+    /// after the restart (before the load wrote again), and by reads during
+    /// the load until the next restart.
+    #[serde(default)]
+    pub lost: u64,
+    #[serde(default)]
+    pub corrupted: u64,
+    #[serde(default)]
+    pub resurrected: u64,
+    /// Writes in flight at the death, found either way by the read-back.
+    #[serde(default)]
+    pub in_doubt: u64,
+    /// Seconds the read-back after the restart took (none: not read back).
+    #[serde(default)]
+    pub readback_s: Option<f64>,
+    /// Which oracle found the losses: `read-back`, `reads during load`,
+    /// or both.
+    #[serde(default)]
+    pub oracle: Option<String>,
+    /// The first write found lost, to look up in the node's log.
+    #[serde(default)]
+    pub first_lost: Option<crate::workload::ledger::LostWrite>,
+}
+
+impl Restart {
+    /// Adds what an oracle found, naming it.
+    pub fn found(
+        &mut self,
+        oracle: &str,
+        i: &Integrity,
+        first: Option<crate::workload::ledger::LostWrite>,
+    ) {
+        self.lost += i.lost;
+        self.corrupted += i.corrupted;
+        self.resurrected += i.resurrected;
+        self.in_doubt += i.in_doubt;
+        if i.lost + i.corrupted + i.resurrected > 0 {
+            self.oracle = Some(match self.oracle.take() {
+                Some(o) if o != oracle => format!("{o} and {oracle}"),
+                _ => oracle.to_string(),
+            });
+        }
+        if self.first_lost.is_none() {
+            self.first_lost = first;
+        }
+    }
 }
 
 /// The load of a cell, or of one phase.

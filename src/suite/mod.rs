@@ -225,6 +225,16 @@ pub struct Workload {
     /// How long one request may take before it counts as failed (in doubt).
     #[serde(default = "default_timeout")]
     pub timeout: Dur,
+    /// After every unclean restart (a kill, a chaos action, an OOM kill, a
+    /// crash), read every key back before the load writes again, so that
+    /// each death's losses are counted against it. Off for nodes too big to
+    /// read back at every death: reads during the load are then the oracle.
+    #[serde(default = "default_true")]
+    pub readback_after_restart: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_mget_keys() -> Count {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use redis::AsyncConnectionConfig;
 use serde::Serialize;
 
-use crate::workload::ledger::{KeyVerdict, Ledger};
+use crate::workload::ledger::{KeyVerdict, Ledger, LostWrite};
 
 /// Keys per MGET.
 const BATCH: usize = 1000;
@@ -72,6 +72,14 @@ pub struct VerifyError {
     pub reason: String,
 }
 
+/// What a read-back found: the counts, and the first write lost (or
+/// corrupted, or resurrected), for a developer to look up.
+#[derive(Debug, Clone, Default)]
+pub struct ReadBack {
+    pub integrity: Integrity,
+    pub first_lost: Option<LostWrite>,
+}
+
 /// Reads back every touched key through the node at `target`.
 /// `progress` is called with (keys done, keys in all) now and then.
 pub async fn online(
@@ -79,7 +87,7 @@ pub async fn online(
     ledger: &Ledger,
     timeout: Duration,
     mut progress: impl FnMut(usize, usize),
-) -> Result<Integrity, VerifyError> {
+) -> Result<ReadBack, VerifyError> {
     let fail = |reason: String| VerifyError {
         target: target.to_string(),
         reason,
@@ -97,6 +105,7 @@ pub async fn online(
         .filter(|k| ledger.is_touched(*k))
         .collect();
     let mut out = Integrity::default();
+    let mut first_lost = None;
     let mut last_report = Instant::now();
     for group in keys.chunks(BATCH * PIPELINE) {
         let batches: Vec<&[usize]> = group.chunks(BATCH).collect();
@@ -121,7 +130,18 @@ pub async fn online(
                 )));
             }
             for (k, v) in batch.iter().zip(values) {
-                out.count(ledger.judge(*k, ledger.decode(*k, v.as_deref())));
+                let seen = ledger.decode(*k, v.as_deref());
+                let acked = ledger.snapshot(*k).0;
+                let verdict = ledger.judge(*k, seen);
+                if first_lost.is_none()
+                    && matches!(
+                        verdict,
+                        KeyVerdict::Lost | KeyVerdict::Corrupted | KeyVerdict::Resurrected
+                    )
+                {
+                    first_lost = Some(ledger.lost_write(*k, acked, seen));
+                }
+                out.count(verdict);
             }
         }
         if last_report.elapsed() > Duration::from_secs(1) {
@@ -134,5 +154,8 @@ pub async fn online(
         let _ = &mut con;
     }
     progress(keys.len(), keys.len());
-    Ok(out)
+    Ok(ReadBack {
+        integrity: out,
+        first_lost,
+    })
 }

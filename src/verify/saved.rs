@@ -104,6 +104,8 @@ pub enum ReverifyError {
 #[derive(Debug, Clone, Serialize)]
 pub struct Reverified {
     pub integrity: super::Integrity,
+    /// The first write found lost (or corrupted, or resurrected).
+    pub first_lost: Option<crate::workload::ledger::LostWrite>,
     /// The ledger was saved while the run went on: keys may hold writes
     /// made after it, judged in doubt rather than corrupt.
     pub stale_ledger: bool,
@@ -164,9 +166,10 @@ pub async fn reverify(dir: &Path, target: Option<String>) -> Result<Reverified, 
         let _ = n.stop().await;
         n.shutdown();
     }
-    let integrity = read.map_err(|e| ReverifyError::Environment(e.to_string()))?;
+    let read = read.map_err(|e| ReverifyError::Environment(e.to_string()))?;
     let out = Reverified {
-        integrity,
+        integrity: read.integrity,
+        first_lost: read.first_lost,
         stale_ledger: ledger.is_stale(),
         keys_known,
         target,

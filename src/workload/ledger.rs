@@ -1,5 +1,6 @@
-//! The ledger of writes: for every key, the newest acknowledged version and
-//! the newest version sent, in 9 bytes.
+//! The ledger of writes: for every key, the newest acknowledged version,
+//! the newest version sent, and when the newest was acknowledged, in 10
+//! bytes.
 //!
 //! Values are derived from (key, version), so the ledger never stores them:
 //! a value read back is decoded, regenerated and compared byte for byte.
@@ -9,11 +10,15 @@
 //! answers in order; so "newest acknowledged" is well defined, and every
 //! version in `(acked, sent]` is a write whose fate is unknown: in doubt.
 
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU16, AtomicU32, Ordering::Relaxed};
 
 /// Flag: the key's state is unknown (a loss was already reported); it is
 /// skipped until the next acknowledged write.
-const UNKNOWN: u8 = 1;
+const UNKNOWN: u16 = 1 << 15;
+/// The other 15 bits of a key's flags: the second (since the ledger's
+/// origin, modulo 2^15 = 9.1 hours) its newest write was acknowledged in,
+/// so that a lost write can be found in the node's log.
+const ACK_SECONDS: u16 = UNKNOWN - 1;
 
 /// What a write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +30,9 @@ pub enum WriteKind {
 pub struct Ledger {
     acked: Vec<AtomicU32>,
     sent: Vec<AtomicU32>,
-    flags: Vec<AtomicU8>,
+    flags: Vec<AtomicU16>,
+    /// Acknowledgement times count from here (the cell's start).
+    origin: std::time::Instant,
     seed: u64,
     /// Share of writes that are SETs (the rest are DELs), in 1/2^32.
     set_share: u64,
@@ -38,8 +45,10 @@ pub struct Ledger {
     stale: bool,
 }
 
-/// The first bytes of a saved ledger.
-const MAGIC: &[u8; 8] = b"SOAKLDG1";
+/// The first bytes of a saved ledger: version 2 keeps 2 bytes of flags
+/// and acknowledgement time a key; version 1 (1 byte of flags) still loads.
+const MAGIC: &[u8; 8] = b"SOAKLDG2";
+const MAGIC_V1: &[u8; 8] = b"SOAKLDG1";
 
 /// splitmix64: a fast, well-mixed hash of one word.
 pub fn mix64(mut z: u64) -> u64 {
@@ -57,6 +66,29 @@ pub enum Observed {
     Version(u32),
     /// Bytes that no write of this key ever produced.
     Garbage,
+}
+
+/// A write the node acknowledged and then lost, as found.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LostWrite {
+    /// The key's name as the node stores it (`soak:123`).
+    pub key: String,
+    /// The version acknowledged (the value's header says `key:version:`).
+    pub acked_version: u32,
+    /// When it was acknowledged, seconds since the cell started.
+    pub acked_at_s: f64,
+    /// What was read instead: `nothing`, `version N`, or bytes of no version.
+    pub read: String,
+}
+
+impl std::fmt::Display for LostWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "{} version {} acknowledged at {:.1} s, read {}",
+            self.key, self.acked_version, self.acked_at_s, self.read
+        )
+    }
 }
 
 /// The verdict on one key.
@@ -91,7 +123,8 @@ impl Ledger {
         Ledger {
             acked: (0..keys).map(|_| AtomicU32::new(0)).collect(),
             sent: (0..keys).map(|_| AtomicU32::new(0)).collect(),
-            flags: (0..keys).map(|_| AtomicU8::new(0)).collect(),
+            flags: (0..keys).map(|_| AtomicU16::new(0)).collect(),
+            origin: std::time::Instant::now(),
             seed,
             set_share: (share * (1u64 << 32) as f64) as u64,
             value_min,
@@ -126,7 +159,7 @@ impl Ledger {
             out.write_all(&s.load(Relaxed).to_le_bytes())?;
         }
         for f in &self.flags {
-            out.write_all(&[f.load(Relaxed)])?;
+            out.write_all(&f.load(Relaxed).to_le_bytes())?;
         }
         out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
         std::fs::rename(&tmp, path)
@@ -142,18 +175,19 @@ impl Ledger {
                 format!("{} is not a soak ledger: {why}", path.display()),
             )
         };
-        if bytes.len() < 49 || &bytes[..8] != MAGIC {
-            return Err(bad("no SOAKLDG1 header"));
+        if bytes.len() < 49 || (&bytes[..8] != MAGIC && &bytes[..8] != MAGIC_V1) {
+            return Err(bad("no SOAKLDG2 (or SOAKLDG1) header"));
         }
+        let flag_bytes = if &bytes[..8] == MAGIC { 2 } else { 1 };
         let complete = bytes[8] == 1;
         let word = |i: usize| u64::from_le_bytes(bytes[9 + 8 * i..17 + 8 * i].try_into().unwrap());
         let (seed, set_share, value_min, value_max, keys) =
             (word(0), word(1), word(2), word(3), word(4) as usize);
         let body = &bytes[49..];
-        if body.len() != keys * 9 {
+        if body.len() != keys * (8 + flag_bytes) {
             return Err(bad(&format!(
                 "{keys} keys need {} bytes after the header, and it has {}",
-                keys * 9,
+                keys * (8 + flag_bytes),
                 body.len()
             )));
         }
@@ -166,7 +200,19 @@ impl Ledger {
         Ok(Ledger {
             acked: u32s(0),
             sent: u32s(keys * 4),
-            flags: body[keys * 8..].iter().map(|f| AtomicU8::new(*f)).collect(),
+            flags: if flag_bytes == 2 {
+                body[keys * 8..]
+                    .chunks_exact(2)
+                    .map(|c| AtomicU16::new(u16::from_le_bytes([c[0], c[1]])))
+                    .collect()
+            } else {
+                // Version 1 had only the unknown flag, in bit 0.
+                body[keys * 8..]
+                    .iter()
+                    .map(|f| AtomicU16::new(if f & 1 == 1 { UNKNOWN } else { 0 }))
+                    .collect()
+            },
+            origin: std::time::Instant::now(),
             seed,
             set_share,
             value_min: value_min as usize,
@@ -185,7 +231,12 @@ impl Ledger {
     }
 
     /// Bytes the ledger holds per key.
-    pub const BYTES_PER_KEY: usize = 9;
+    pub const BYTES_PER_KEY: usize = 10;
+
+    /// Acknowledgement times count from `origin` (the cell's start).
+    pub fn set_origin(&mut self, origin: std::time::Instant) {
+        self.origin = origin;
+    }
 
     pub fn key_name(k: usize) -> String {
         format!("soak:{k}")
@@ -311,8 +362,35 @@ impl Ledger {
 
     /// The node acknowledged version `v` of key `k`.
     pub fn ack(&self, k: usize, v: u32) {
+        self.ack_at(k, v, std::time::Instant::now());
+    }
+
+    /// The node acknowledged version `v` of key `k` at `now`.
+    pub fn ack_at(&self, k: usize, v: u32, now: std::time::Instant) {
         self.acked[k].fetch_max(v, Relaxed);
-        self.flags[k].store(0, Relaxed);
+        let s = now.saturating_duration_since(self.origin).as_secs() as u16 & ACK_SECONDS;
+        self.flags[k].store(s, Relaxed);
+    }
+
+    /// When the newest acknowledged write of key `k` was acknowledged, in
+    /// seconds since the origin: the latest second at or before `now_s`
+    /// that the 15 bits kept allow (exact for runs under 9.1 hours).
+    pub fn acked_at(&self, k: usize, now_s: f64) -> f64 {
+        let kept = f64::from(self.flags[k].load(Relaxed) & ACK_SECONDS);
+        let wrap = f64::from(ACK_SECONDS) + 1.0;
+        let whole = ((now_s - kept) / wrap).floor().max(0.0);
+        kept + whole * wrap
+    }
+
+    /// Seconds since the origin.
+    pub fn now_s(&self) -> f64 {
+        self.origin.elapsed().as_secs_f64()
+    }
+
+    /// The newest acknowledged and the newest sent version of key `k`:
+    /// what a read about to be sent must be judged against.
+    pub fn snapshot(&self, k: usize) -> (u32, u32) {
+        (self.acked[k].load(Relaxed), self.sent[k].load(Relaxed))
     }
 
     pub fn is_touched(&self, k: usize) -> bool {
@@ -375,6 +453,62 @@ impl Ledger {
             }
         }
         verdict
+    }
+
+    /// Judges a read during the load: `seen` for key `k`, against
+    /// `(acked, sent)` as they were when the read was sent (see
+    /// [`Ledger::snapshot`]). Missing, or older than the newest write
+    /// acknowledged before the read was sent, is lost, unless a write then
+    /// in flight explains it (in doubt). Unlike [`Ledger::judge`] it settles
+    /// nothing (a read during the load may see a write in flight that a
+    /// later death takes back), but a loss marks the key unknown until its
+    /// next acknowledged write, so that each loss is counted once.
+    pub fn judge_read(&self, k: usize, seen: Observed, (a, s): (u32, u32)) -> KeyVerdict {
+        if self.flags[k].load(Relaxed) & UNKNOWN != 0 {
+            return KeyVerdict::Untouched;
+        }
+        let present_after = |v: u32| self.present_after(k, v);
+        // A write sent after the read (a client that retries, a proxy that
+        // replays) may be seen too: anything up to what is sent by now.
+        let now_sent = self.sent[k].load(Relaxed).max(s);
+        let in_flight = |v: u32| v > a && v <= now_sent;
+        let verdict = match seen {
+            Observed::Garbage => KeyVerdict::Corrupted,
+            Observed::Version(v) if v == a && present_after(a) => KeyVerdict::Ok,
+            Observed::Version(v) if in_flight(v) && present_after(v) => KeyVerdict::InDoubt,
+            Observed::Version(v) if v >= a => KeyVerdict::Corrupted,
+            // Older than an acknowledged DEL: no write in flight explains it.
+            Observed::Version(_) if a > 0 && !present_after(a) => KeyVerdict::Resurrected,
+            Observed::Version(_) => KeyVerdict::Lost,
+            Observed::Absent if !present_after(a) => KeyVerdict::Ok,
+            Observed::Absent if (a + 1..=now_sent).any(|v| !present_after(v)) => {
+                KeyVerdict::InDoubt
+            }
+            Observed::Absent => KeyVerdict::Lost,
+        };
+        if matches!(
+            verdict,
+            KeyVerdict::Lost | KeyVerdict::Corrupted | KeyVerdict::Resurrected
+        ) {
+            self.flags[k].fetch_or(UNKNOWN, Relaxed);
+        }
+        verdict
+    }
+
+    /// What a developer needs to find a lost write of key `k` in their
+    /// node's log: the version acknowledged (`acked`), when, and what was
+    /// read instead.
+    pub fn lost_write(&self, k: usize, acked: u32, seen: Observed) -> LostWrite {
+        LostWrite {
+            key: Self::key_name(k),
+            acked_version: acked,
+            acked_at_s: self.acked_at(k, self.now_s()),
+            read: match seen {
+                Observed::Absent => "nothing".into(),
+                Observed::Version(v) => format!("version {v}"),
+                Observed::Garbage => "bytes of no version".into(),
+            },
+        }
     }
 
     /// The key is known to be at version `v`; writes after it start at `v + 1`.
@@ -496,5 +630,91 @@ mod tests {
         while l.next_version(k) < d {}
         l.ack(k, d);
         assert_eq!(l.judge(k, Observed::Version(s)), KeyVerdict::Resurrected);
+    }
+
+    #[test]
+    fn reads_during_load_are_judged_against_the_ledger_as_it_was_when_sent() {
+        let l = ledger();
+        let k = 7;
+        let v1 = set_version(&l, k, 1);
+        while l.next_version(k) < v1 {}
+        l.ack(k, v1);
+        // Read sent with v1 acknowledged: v1 is right, nothing is lost.
+        let snap = l.snapshot(k);
+        assert_eq!(l.judge_read(k, Observed::Version(v1), snap), KeyVerdict::Ok);
+        assert_eq!(l.judge_read(k, Observed::Absent, snap), KeyVerdict::Lost);
+        // Counted once: unknown until the next acknowledged write.
+        assert_eq!(
+            l.judge_read(k, Observed::Absent, snap),
+            KeyVerdict::Untouched
+        );
+        let v2 = set_version(&l, k, v1 + 1);
+        while l.next_version(k) < v2 {}
+        l.ack(k, v2);
+        let snap = l.snapshot(k);
+        assert_eq!(
+            l.judge_read(k, Observed::Version(v1), snap),
+            KeyVerdict::Lost
+        );
+        // A write in flight when the read was sent explains either value;
+        // the read settles nothing.
+        let v3 = set_version(&l, k, v2 + 1);
+        while l.next_version(k) < v3 {}
+        let k2 = 8;
+        let w1 = set_version(&l, k2, 1);
+        while l.next_version(k2) < w1 {}
+        l.ack(k2, w1);
+        let w2 = set_version(&l, k2, w1 + 1);
+        while l.next_version(k2) < w2 {}
+        let snap = l.snapshot(k2);
+        assert_eq!(
+            l.judge_read(k2, Observed::Version(w2), snap),
+            KeyVerdict::InDoubt
+        );
+        assert_eq!(
+            l.judge_read(k2, Observed::Version(w1), snap),
+            KeyVerdict::Ok
+        );
+        // A version never written is corruption; an acknowledged DEL that
+        // comes back is a resurrection.
+        assert_eq!(
+            l.judge_read(k2, Observed::Version(w2 + 50), snap),
+            KeyVerdict::Corrupted
+        );
+        let k3 = 9;
+        let s = set_version(&l, k3, 1);
+        let d = (s + 1..)
+            .find(|v| l.kind(k3, *v) == WriteKind::Del)
+            .unwrap();
+        while l.next_version(k3) < d {}
+        l.ack(k3, d);
+        assert_eq!(
+            l.judge_read(k3, Observed::Version(s), l.snapshot(k3)),
+            KeyVerdict::Resurrected
+        );
+        assert_eq!(
+            l.judge_read(k3, Observed::Absent, l.snapshot(k3)),
+            KeyVerdict::Untouched
+        );
+    }
+
+    #[test]
+    fn a_lost_write_says_when_it_was_acknowledged() {
+        let mut l = ledger();
+        l.set_origin(std::time::Instant::now() - std::time::Duration::from_secs(40));
+        let k = 3;
+        let v = set_version(&l, k, 1);
+        while l.next_version(k) < v {}
+        l.ack(k, v);
+        let lost = l.lost_write(k, v, Observed::Absent);
+        assert_eq!(lost.key, "soak:3");
+        assert_eq!(lost.acked_version, v);
+        assert!((40.0..41.5).contains(&lost.acked_at_s), "{lost}");
+        assert_eq!(lost.read, "nothing");
+        // 15 bits of seconds: a run past 9.1 hours reads the latest match.
+        assert_eq!(
+            l.acked_at(k, 40.0 + 32768.0 * 2.0 + 5.0),
+            40.0 + 32768.0 * 2.0
+        );
     }
 }

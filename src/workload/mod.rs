@@ -66,6 +66,14 @@ pub struct LoadStats {
     pub unavailable: u64,
     /// GETs that returned a value no write of that key produced.
     pub corrupted_reads: u64,
+    /// Keys read during the load (GET, each key of an MGET) missing or
+    /// older than the newest write acknowledged before the read was sent,
+    /// with no write in flight to explain it.
+    pub lost_reads: u64,
+    /// Keys read during the load whose acknowledged DEL came back.
+    pub resurrected_reads: u64,
+    /// Keys read during the load that showed a write in flight (allowed).
+    pub in_doubt_reads: u64,
     /// Latency from scheduled start to reply, in microseconds (from the
     /// send, in a closed loop).
     pub latency_us: Histogram<u64>,
@@ -89,6 +97,9 @@ impl Default for LoadStats {
             errors: 0,
             unavailable: 0,
             corrupted_reads: 0,
+            lost_reads: 0,
+            resurrected_reads: 0,
+            in_doubt_reads: 0,
             latency_us: histogram(),
             active_s: 0.0,
             fill_sets: 0,
@@ -109,6 +120,9 @@ impl LoadStats {
             errors: self.errors - earlier.errors,
             unavailable: self.unavailable - earlier.unavailable,
             corrupted_reads: self.corrupted_reads - earlier.corrupted_reads,
+            lost_reads: self.lost_reads - earlier.lost_reads,
+            resurrected_reads: self.resurrected_reads - earlier.resurrected_reads,
+            in_doubt_reads: self.in_doubt_reads - earlier.in_doubt_reads,
             latency_us,
             active_s: (self.active_s - earlier.active_s).max(0.0),
             fill_sets: self.fill_sets - earlier.fill_sets,
@@ -156,6 +170,9 @@ impl LoadStats {
 struct Shared {
     total: LoadStats,
     interval: LoadStats,
+    /// The first write a read during the load found lost, since it was
+    /// last taken ([`Engine::take_first_lost`]).
+    first_lost: Option<ledger::LostWrite>,
 }
 
 /// The thread the load runs on: one single-threaded runtime, so that the
@@ -231,6 +248,14 @@ impl Engine {
             shared: Default::default(),
             running: None,
             log: None,
+        }
+    }
+
+    /// Acknowledgement times in the ledger count from `origin` (the cell's
+    /// start); call before the load runs.
+    pub fn set_origin(&mut self, origin: std::time::Instant) {
+        if let Some(l) = Arc::get_mut(&mut self.ledger) {
+            l.set_origin(origin);
         }
     }
 
@@ -328,6 +353,12 @@ impl Engine {
             total += t.await.unwrap_or(0);
         }
         (total, t0.elapsed())
+    }
+
+    /// The first write reads during the load found lost since the last
+    /// call, if any.
+    pub fn take_first_lost(&self) -> Option<ledger::LostWrite> {
+        self.shared.lock().expect("stats lock").first_lost.take()
     }
 
     /// Totals so far, to within one flush of each connection (100 ms);
@@ -473,8 +504,10 @@ struct Pending {
 }
 
 enum Sent {
-    Get(usize),
-    Mget(Vec<usize>),
+    /// A key and the ledger's (acknowledged, sent) for it when the read was
+    /// sent: what its reply is judged against.
+    Get(usize, (u32, u32)),
+    Mget(Vec<(usize, (u32, u32))>),
     Write(usize, u32, WriteKind),
 }
 
@@ -620,7 +653,7 @@ impl Conn {
             Request::Get(k) => {
                 let _ = write!(key, "soak:{k}");
                 resp::encode(out, [&b"GET"[..], &key].into_iter());
-                Sent::Get(k)
+                Sent::Get(k, self.ledger.snapshot(k))
             }
             Request::Mget(keys) => {
                 let _ = write!(out, "*{}\r\n$4\r\nMGET\r\n", keys.len() + 1);
@@ -631,7 +664,11 @@ impl Conn {
                     out.extend_from_slice(&key);
                     out.extend_from_slice(b"\r\n");
                 }
-                Sent::Mget(keys)
+                Sent::Mget(
+                    keys.into_iter()
+                        .map(|k| (k, self.ledger.snapshot(k)))
+                        .collect(),
+                )
             }
             Request::Write(k) => {
                 let _ = write!(key, "soak:{k}");
@@ -658,8 +695,13 @@ impl Conn {
     /// Adds what this connection counted (its counters in `local`, its
     /// latencies in `lat`) to the engine's totals: after every batch of
     /// replies, so a phase's figures hold the replies that came in it.
-    fn flush(&self, local: &mut LoadStats, lat: &mut Vec<u64>) {
-        if local.is_empty() && lat.is_empty() {
+    fn flush(
+        &self,
+        local: &mut LoadStats,
+        lat: &mut Vec<u64>,
+        first_lost: &mut Option<ledger::LostWrite>,
+    ) {
+        if local.is_empty() && lat.is_empty() && first_lost.is_none() {
             return;
         }
         let mut guard = self.shared.lock().expect("stats lock");
@@ -672,10 +714,17 @@ impl Conn {
             t.errors += local.errors;
             t.unavailable += local.unavailable;
             t.corrupted_reads += local.corrupted_reads;
+            t.lost_reads += local.lost_reads;
+            t.resurrected_reads += local.resurrected_reads;
+            t.in_doubt_reads += local.in_doubt_reads;
             for us in lat.iter() {
                 let _ = t.latency_us.record(*us);
             }
         }
+        if sh.first_lost.is_none() {
+            sh.first_lost = first_lost.take();
+        }
+        *first_lost = None;
         drop(guard);
         local.sets_ok = 0;
         local.gets_ok = 0;
@@ -684,7 +733,35 @@ impl Conn {
         local.errors = 0;
         local.unavailable = 0;
         local.corrupted_reads = 0;
+        local.lost_reads = 0;
+        local.resurrected_reads = 0;
+        local.in_doubt_reads = 0;
         lat.clear();
+    }
+
+    /// Judges one key's value read during the load against the ledger as
+    /// it was when the read was sent, and counts it.
+    fn judge_read(
+        &self,
+        k: usize,
+        value: Option<&[u8]>,
+        snap: (u32, u32),
+        local: &mut LoadStats,
+        first_lost: &mut Option<ledger::LostWrite>,
+    ) {
+        use ledger::KeyVerdict as V;
+        let seen = self.ledger.decode(k, value);
+        let verdict = self.ledger.judge_read(k, seen, snap);
+        match verdict {
+            V::Lost => local.lost_reads += 1,
+            V::Corrupted => local.corrupted_reads += 1,
+            V::Resurrected => local.resurrected_reads += 1,
+            V::InDoubt => local.in_doubt_reads += 1,
+            V::Ok | V::Untouched => {}
+        }
+        if first_lost.is_none() && matches!(verdict, V::Lost | V::Corrupted | V::Resurrected) {
+            *first_lost = Some(self.ledger.lost_write(k, snap.0, seen));
+        }
     }
 
     /// Judges the replies in the read buffer against the requests in
@@ -694,6 +771,7 @@ impl Conn {
         link: &mut Link,
         local: &mut LoadStats,
         lat: &mut Vec<u64>,
+        first_lost: &mut Option<ledger::LostWrite>,
     ) -> Result<(), String> {
         let mut used = 0;
         let now = Instant::now();
@@ -705,25 +783,22 @@ impl Conn {
             let p = link.pending.pop_front().expect("checked");
             let ok = match (p.what, reply) {
                 (_, resp::Reply::Error(_)) => false,
-                (Sent::Get(k), resp::Reply::Bulk(v)) => {
+                (Sent::Get(k, snap), resp::Reply::Bulk(v)) => {
                     local.gets_ok += 1;
-                    local.corrupted_reads +=
-                        u64::from(self.ledger.decode(k, v) == ledger::Observed::Garbage);
+                    self.judge_read(k, v, snap, local, first_lost);
                     true
                 }
                 (Sent::Mget(keys), resp::Reply::Array(Some(values)))
                     if values.len() == keys.len() =>
                 {
                     local.mgets_ok += 1;
-                    local.corrupted_reads += keys
-                        .iter()
-                        .zip(values)
-                        .filter(|(k, v)| self.ledger.decode(**k, *v) == ledger::Observed::Garbage)
-                        .count() as u64;
+                    for ((k, snap), v) in keys.into_iter().zip(values) {
+                        self.judge_read(k, v, snap, local, first_lost);
+                    }
                     true
                 }
                 (Sent::Write(k, v, kind), _) => {
-                    self.ledger.ack(k, v);
+                    self.ledger.ack_at(k, v, now.into_std());
                     match kind {
                         WriteKind::Set => local.sets_ok += 1,
                         WriteKind::Del => local.dels_ok += 1,
@@ -809,6 +884,7 @@ impl Conn {
         let mut chooser = self.chooser();
         let mut link: Option<Link> = None;
         let mut lat: Vec<u64> = Vec::with_capacity(1024);
+        let mut first_lost = None;
         let mut flushed = Instant::now();
         // At a fixed rate: the schedule, staggered across one period;
         // in a closed loop: the depth.
@@ -846,7 +922,7 @@ impl Conn {
                     let l = link.as_mut().expect("readable");
                     let outcome = match l.fill_reads() {
                         Ok(open) => self
-                            .take_replies(l, &mut local, &mut lat)
+                            .take_replies(l, &mut local, &mut lat, &mut first_lost)
                             .map(|()| open || l.pending.is_empty()),
                         Err(e) => Err(e.to_string()),
                     };
@@ -890,7 +966,7 @@ impl Conn {
             // Totals are shared every 10 ms (or 256 replies): a phase's
             // figures hold the replies that came in it, give or take that.
             if lat.len() >= 256 || flushed.elapsed() >= Duration::from_millis(10) {
-                self.flush(&mut local, &mut lat);
+                self.flush(&mut local, &mut lat, &mut first_lost);
                 flushed = Instant::now();
             }
         }
@@ -909,7 +985,7 @@ impl Conn {
                     }
                     let _ = l.stream.readable().await;
                     let open = l.fill_reads()?;
-                    self.take_replies(l, &mut local, &mut lat)
+                    self.take_replies(l, &mut local, &mut lat, &mut first_lost)
                         .map_err(std::io::Error::other)?;
                     if l.pending.is_empty() || !open {
                         return Ok::<bool, std::io::Error>(open);
@@ -921,7 +997,7 @@ impl Conn {
                 broken(&mut link, &mut local);
             }
         }
-        self.flush(&mut local, &mut lat);
+        self.flush(&mut local, &mut lat, &mut first_lost);
     }
 }
 
