@@ -664,6 +664,148 @@ fn soak_cleanup_leaves_a_live_run_of_another_shell_alone() {
     assert_nothing_left(&run);
 }
 
+/// A node that keeps acknowledged writes only in memory, killed twice
+/// while every key is rewritten many times between the kills: each death's
+/// losses are found and put on it, by the read-back after the restart, or,
+/// without one, by the reads during the load.
+#[test]
+fn a_node_that_forgets_at_every_kill_is_caught_at_every_kill() {
+    require_tool("python3", "python3");
+    for (suite_file, oracle) in [
+        ("tests/suites/forgetful.yaml", "read-back"),
+        ("tests/suites/forgetful-reads.yaml", "reads during load"),
+    ] {
+        let run = soak_run(suite_file, &[]);
+        assert_eq!(run.code(), 1, "{suite_file}: {}", run.stderr());
+        assert_eq!(run.summary()["verdict"], "fail");
+        let c = run.cell();
+        let restarts = c["restarts"].as_array().unwrap();
+        assert_eq!(restarts.len(), 2, "{restarts:?}");
+        let mut sum = 0;
+        for r in restarts {
+            let lost = r["lost"].as_u64().unwrap();
+            assert!(lost > 0, "{suite_file}: a kill with no loss: {r}");
+            assert!(r["oracle"].as_str().unwrap().contains(oracle), "{r}");
+            let first = &r["first_lost"];
+            assert!(first["key"].as_str().unwrap().starts_with("soak:"), "{r}");
+            assert!(first["acked_version"].as_u64().unwrap() >= 1, "{r}");
+            assert!(
+                first["acked_at_s"].as_f64().unwrap() <= r["at_s"].as_f64().unwrap(),
+                "{r}"
+            );
+            assert_eq!(first["read"], "nothing", "{r}");
+            sum += lost;
+        }
+        assert!(
+            c["integrity"]["lost"].as_u64().unwrap() >= sum,
+            "{}",
+            c["integrity"]
+        );
+        let report =
+            std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+        assert!(
+            report.contains("- restart 1 (kill, SIGKILL from soak at "),
+            "{report}"
+        );
+        let events = std::fs::read_to_string(
+            run.report_dir
+                .as_ref()
+                .unwrap()
+                .join("cells/default/events.jsonl"),
+        )
+        .unwrap();
+        assert!(events.contains("first lost soak:"), "{events}");
+    }
+}
+
+/// Durable nodes killed every few hundred milliseconds under load, read
+/// back after every restart: no loss, no restart blamed.
+#[test]
+fn durable_nodes_killed_twenty_times_lose_nothing_and_no_restart_is_blamed() {
+    require_tool("redis-server", "redis-server");
+    for suite_file in [
+        "tests/suites/durable-chaos.yaml",
+        "tests/suites/redis-chaos.yaml",
+    ] {
+        let run = soak_run(suite_file, &[]);
+        assert_eq!(run.code(), 0, "{suite_file}: {}", run.stderr());
+        let c = run.cell();
+        let restarts = c["restarts"].as_array().unwrap();
+        assert!(
+            restarts.len() >= 20,
+            "{suite_file}: {} kills",
+            restarts.len()
+        );
+        for r in restarts {
+            assert_eq!(r["reason"], "chaos");
+            assert!(r["readback_s"].is_number(), "{r}");
+            for k in ["lost", "corrupted", "resurrected"] {
+                assert_eq!(r[k], 0, "{suite_file}: {r}");
+            }
+        }
+        let i = &c["integrity"];
+        assert_eq!(
+            (
+                i["lost"].as_u64(),
+                i["corrupted"].as_u64(),
+                i["resurrected"].as_u64()
+            ),
+            (Some(0), Some(0), Some(0)),
+            "{i}"
+        );
+        assert!(i["verified"].as_u64().unwrap() > 1000, "{i}");
+    }
+}
+
+/// A node that loses writes at some of its starts only, and says which in
+/// its log: every losing kill named, none of the others.
+#[test]
+fn of_many_kills_exactly_those_that_lost_writes_are_blamed() {
+    require_tool("python3", "python3");
+    let run = soak_run("tests/suites/sometimes-loses.yaml", &[]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let c = run.cell();
+    let restarts = c["restarts"].as_array().unwrap();
+    assert!(restarts.len() >= 10, "{} kills", restarts.len());
+    let log = std::fs::read_to_string(
+        run.report_dir
+            .as_ref()
+            .unwrap()
+            .join("cells/default/node.log"),
+    )
+    .unwrap();
+    // "memnode: start N dropped M journal entries"
+    let dropped: Vec<u64> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("memnode: start "))
+        .map(|l| l.split_whitespace().nth(2).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(dropped.len(), restarts.len() + 1, "{log}");
+    let mut losing = 0;
+    for (n, r) in restarts.iter().enumerate() {
+        let lost = r["lost"].as_u64().unwrap();
+        if dropped[n + 1] > 0 {
+            losing += 1;
+            assert!(
+                lost > 0,
+                "restart {} dropped {} and was not blamed: {r}",
+                n + 1,
+                dropped[n + 1]
+            );
+            assert!(lost <= dropped[n + 1], "{r}");
+        } else {
+            assert_eq!(
+                lost,
+                0,
+                "restart {} dropped nothing and was blamed: {r}",
+                n + 1
+            );
+        }
+    }
+    // Both kinds of kill happened: the test can fail either way.
+    assert!(losing >= 1 && losing < restarts.len(), "{dropped:?}");
+}
+
 fn chaos_actions(run: &Run) -> Vec<(u64, String, String)> {
     run.cell()["chaos"]
         .as_array()

@@ -75,7 +75,8 @@ pub struct LostWrite {
     pub key: String,
     /// The version acknowledged (the value's header says `key:version:`).
     pub acked_version: u32,
-    /// When it was acknowledged, seconds since the cell started.
+    /// When it was acknowledged, seconds since the cell started (the
+    /// second it began in: the ledger keeps whole seconds).
     pub acked_at_s: f64,
     /// What was read instead: `nothing`, `version N`, or bytes of no version.
     pub read: String,
@@ -85,7 +86,7 @@ impl std::fmt::Display for LostWrite {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         write!(
             f,
-            "{} version {} acknowledged at {:.1} s, read {}",
+            "{} version {} acknowledged at {:.0} s, read {}",
             self.key, self.acked_version, self.acked_at_s, self.read
         )
     }

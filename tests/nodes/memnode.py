@@ -12,13 +12,25 @@ FLUSHALL). Its memory does what it is told:
         takes BYTES_PER_S each second and frees all of it every S seconds
         (a garbage collector's sawtooth, no leak).
 
+Its durability too. Without --journal it keeps everything in memory: a
+SIGKILL loses every acknowledged write. With --journal FILE every SET and
+DEL is appended to FILE before it is acknowledged and replayed at start (a
+SIGKILL loses nothing); with --lose-tail P as well, each start drops the
+last 20 to 100 journal entries with probability P (seeded by --seed and
+the number of starts), as a node with a durability bug would, and says so
+in its log: "memnode: start N dropped M journal entries".
+
 Memory is taken with anonymous mmap and written, so it is resident, and
 freed with munmap, so it leaves at once.
 """
 
 import argparse
 import mmap
+import os
+import random
 import socket
+import struct
+import sys
 import threading
 import time
 
@@ -67,7 +79,85 @@ def bulk(v):
     return b"$%d\r\n%s\r\n" % (len(v), v)
 
 
-def serve(conn, db, lock):
+class Journal:
+    """Length-prefixed records: b"S" klen vlen key value, or b"D" klen key."""
+
+    def __init__(self, path):
+        self.path = path
+        self.f = None
+
+    def records(self):
+        """(offset, op, key, value) of every whole record; a torn tail stops it."""
+        out = []
+        try:
+            data = open(self.path, "rb").read()
+        except FileNotFoundError:
+            return out
+        i = 0
+        while i < len(data):
+            op = data[i:i + 1]
+            if op == b"S" and i + 9 <= len(data):
+                klen, vlen = struct.unpack_from("<II", data, i + 1)
+                end = i + 9 + klen + vlen
+                if end > len(data):
+                    break
+                key = data[i + 9:i + 9 + klen]
+                out.append((i, op, key, data[i + 9 + klen:end]))
+            elif op == b"D" and i + 5 <= len(data):
+                (klen,) = struct.unpack_from("<I", data, i + 1)
+                end = i + 5 + klen
+                if end > len(data):
+                    break
+                out.append((i, op, data[i + 5:end], None))
+            else:
+                break
+            i = end
+        return out
+
+    def open(self, db, lose_tail, seed):
+        # "STARTS MARK": how many starts so far, and where in the journal
+        # the last incarnation began to write.
+        starts_file = self.path + ".starts"
+        try:
+            starts, mark = (int(x) for x in open(starts_file).read().split())
+        except (FileNotFoundError, ValueError):
+            starts, mark = 0, 0
+        records = self.records()
+        dropped = 0
+        rng = random.Random(seed * 1000003 + starts)
+        # Only what the last incarnation wrote (it acknowledged all of it
+        # but the few writes in flight at its death), and only 20 or more.
+        own = [r for r in records if r[0] >= mark]
+        if lose_tail and len(own) >= 20 and rng.random() < lose_tail:
+            dropped = min(len(own), rng.randint(20, 100))
+            with open(self.path, "r+b") as f:
+                f.truncate(records[len(records) - dropped][0])
+            records = records[:len(records) - dropped]
+        elif records:
+            # Cut a torn last record, so that appends follow whole ones.
+            last = records[-1]
+            end = last[0] + (9 + len(last[2]) + len(last[3]) if last[1] == b"S" else 5 + len(last[2]))
+            with open(self.path, "r+b") as f:
+                f.truncate(end)
+        for _, op, key, value in records:
+            if op == b"S":
+                db[key] = value
+            else:
+                db.pop(key, None)
+        print("memnode: start %d dropped %d journal entries" % (starts, dropped), flush=True)
+        self.f = open(self.path, "ab", buffering=0)
+        open(starts_file, "w").write("%d %d" % (starts + 1, self.f.tell()))
+
+    def set(self, key, value):
+        if self.f:
+            self.f.write(b"S" + struct.pack("<II", len(key), len(value)) + key + value)
+
+    def delete(self, key):
+        if self.f:
+            self.f.write(b"D" + struct.pack("<I", len(key)) + key)
+
+
+def serve(conn, db, lock, journal):
     f = conn.makefile("rb")
     try:
         while True:
@@ -81,6 +171,7 @@ def serve(conn, db, lock):
                 if name == b"PING":
                     out = b"+PONG\r\n"
                 elif name == b"SET":
+                    journal.set(cmd[1], cmd[2])
                     db[cmd[1]] = cmd[2]
                     out = b"+OK\r\n"
                 elif name == b"GET":
@@ -91,6 +182,7 @@ def serve(conn, db, lock):
                     n = sum(1 for k in cmd[1:] if k in db)
                     if name == b"DEL":
                         for k in cmd[1:]:
+                            journal.delete(k)
                             db.pop(k, None)
                     out = b":%d\r\n" % n
                 elif name == b"DBSIZE":
@@ -115,16 +207,22 @@ def main():
     p.add_argument("--leak", type=int, default=0)
     p.add_argument("--sawtooth", type=int, default=0)
     p.add_argument("--period", type=float, default=1.0)
+    p.add_argument("--journal")
+    p.add_argument("--lose-tail", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
+    db, lock = {}, threading.Lock()
+    journal = Journal(args.journal)
+    if args.journal:
+        journal.open(db, args.lose_tail, args.seed)
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("127.0.0.1", args.port))
     srv.listen(64)
     threading.Thread(target=memory, args=(args,), daemon=True).start()
-    db, lock = {}, threading.Lock()
     while True:
         conn, _ = srv.accept()
-        threading.Thread(target=serve, args=(conn, db, lock), daemon=True).start()
+        threading.Thread(target=serve, args=(conn, db, lock, journal), daemon=True).start()
 
 
 if __name__ == "__main__":
