@@ -203,12 +203,21 @@ impl Checks {
                 Phase::Verify | Phase::VerifyOffline | Phase::Upgrade(_) | Phase::Downgrade(_)
             )
         });
+        // Reads during the load are judged too, and so is the read-back
+        // after every kill.
+        let w = s.workload.as_ref();
+        let reads_judged = w.is_some_and(|w| w.mix.get + w.mix.mget > 0.0)
+            && has_phase(&s.phases, &|p| matches!(p, Phase::Run(_) | Phase::Chaos(_)));
+        let read_back = w.is_some_and(|w| w.readback_after_restart)
+            && has_phase(&s.phases, &|p| {
+                matches!(p, Phase::Kill(_) | Phase::Chaos(_))
+            });
         for (name, set) in [
             ("lost_writes", self.lost_writes.is_some()),
             ("corrupted_writes", self.corrupted_writes.is_some()),
         ] {
-            if set && !verifies {
-                out.push((format!("checks.{name}"), format!("`{name}` is measured by a `verify` phase, and the suite has none: add `- verify` after a restart")));
+            if set && !(verifies || reads_judged || read_back) {
+                out.push((format!("checks.{name}"), format!("`{name}` is measured by a `verify` phase, the read-back after a kill, or reads during the load, and the suite has none: add `- verify` after a restart")));
             }
         }
         let loads = has_phase(&s.phases, &|p| {
