@@ -302,6 +302,19 @@ impl VmRun {
         self.logs.get(case).map(String::as_str).unwrap_or("")
     }
 
+    /// A run soak refused to start: exit 3, a message that says each of
+    /// `says`, and nothing left (no cgroup, no process, no report folder).
+    fn refused(&self, case: &str, says: &[&str]) {
+        assert_eq!(self.exit(case), 3, "{}", self.log(case));
+        let log = self.log(case);
+        for s in says {
+            assert!(log.contains(s), "no {s:?} in:\n{log}");
+        }
+        self.left_nothing(case);
+        let report = self.get("left", case).split('|').nth(2).unwrap_or("");
+        assert!(report.trim().is_empty(), "{case} made a report: {report}");
+    }
+
     /// soak's cgroups and processes left, as `cgroups|processes`.
     fn left_nothing(&self, case: &str) {
         let left = self.get("left", case);
@@ -704,38 +717,19 @@ fn from_a_cgroup_namespace_as_a_containers_command() {
 /// the namespace and may not move the init: exit 3, nothing left.
 #[test]
 fn in_a_container_beside_its_init_it_exits_3_and_says_why() {
-    let vm = vm();
-    assert_eq!(vm.exit("c2"), 3, "{}", vm.log("c2"));
-    let log = vm.log("c2");
-    assert!(log.contains("not soak's"), "{log}");
-    assert!(log.contains("root of a cgroup namespace"), "{log}");
-    vm.left_nothing("c2");
-    // No report folder was made for a run that could not start.
-    assert!(vm
-        .get("left", "c2")
-        .split('|')
-        .nth(2)
-        .unwrap()
-        .trim()
-        .is_empty());
+    vm().refused("c2", &["not soak's", "root of a cgroup namespace"]);
 }
 
 /// (d) A user without delegation: exit 3 with the command to run instead.
 #[test]
 fn as_a_user_without_delegation_it_exits_3_with_the_command_to_run() {
-    let vm = vm();
-    assert_eq!(vm.exit("d"), 3, "{}", vm.log("d"));
-    let log = vm.log("d");
-    assert!(log.contains("not writable by uid 1000"), "{log}");
-    assert!(log.contains("sudo soak run /suites/vm-kill.yaml"), "{log}");
-    vm.left_nothing("d");
-    assert!(vm
-        .get("left", "d")
-        .split('|')
-        .nth(2)
-        .unwrap()
-        .trim()
-        .is_empty());
+    vm().refused(
+        "d",
+        &[
+            "not writable by uid 1000",
+            "sudo soak run /suites/vm-kill.yaml",
+        ],
+    );
 }
 
 /// The README's first suite, unchanged, on the cgroup v2 machine with

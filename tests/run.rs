@@ -127,23 +127,51 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// No process labelled with the run, no cgroup of the run.
-fn assert_nothing_left(run: &Run) {
-    let Some(dir) = &run.report_dir else { return };
-    let id = dir
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .rsplit('-')
-        .next()
-        .unwrap()
-        .to_string();
-    let procs: Vec<i32> = std::fs::read_dir("/proc")
+/// The run id of a report folder (`<UTC time>-<id>`).
+fn run_id(report_dir: &Path) -> String {
+    let name = report_dir.file_name().unwrap().to_string_lossy();
+    name.rsplit('-').next().unwrap().to_string()
+}
+
+/// The processes labelled with run `id` (`SOAK_RUN_ID`).
+fn labelled(id: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
-        .filter(|pid| soak::cleanup::run_label(*pid).as_deref() == Some(id.as_str()))
-        .collect();
+        .filter(|pid| soak::cleanup::run_label(*pid).as_deref() == Some(id))
+        .collect()
+}
+
+/// Ctrl-C of a `soak run` in the background: it must stop with 130.
+fn interrupt(mut child: std::process::Child, report_dir: &Path, dir: tempfile::TempDir) -> Run {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let summary = std::fs::read_to_string(report_dir.join("summary.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    Run {
+        out: Output {
+            status,
+            stdout: vec![],
+            stderr: vec![],
+        },
+        summary,
+        report_dir: Some(report_dir.to_path_buf()),
+        _dir: dir,
+    }
+}
+
+/// No process labelled with the run, no cgroup of the run.
+fn assert_nothing_left(run: &Run) {
+    let Some(dir) = &run.report_dir else { return };
+    let id = run_id(dir);
+    let procs = labelled(&id);
     assert!(procs.is_empty(), "processes of run {id} left: {procs:?}");
     if let Ok(h) = soak::driver::cgroup::detect() {
         let left: Vec<_> = std::fs::read_dir(&h.own)
@@ -564,7 +592,7 @@ fn every_suite_in_suites_validates() {
 #[test]
 fn an_interrupted_run_still_reports_and_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = spawn_soak_run(
+    let child = spawn_soak_run(
         "suites/smoke.yaml",
         dir.path(),
         std::process::Stdio::piped(),
@@ -574,29 +602,11 @@ fn an_interrupted_run_still_reports_and_leaves_nothing() {
         std::fs::read_to_string(e).unwrap().contains("\"phase\"")
     });
     std::thread::sleep(std::time::Duration::from_secs(1));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130));
     let report_dir = events.parent().unwrap().parent().unwrap().parent().unwrap();
-    let summary: Value =
-        serde_json::from_str(&std::fs::read_to_string(report_dir.join("summary.json")).unwrap())
-            .unwrap();
+    let run = interrupt(child, report_dir, dir);
+    let summary = run.summary();
     assert_eq!(summary["verdict"], "error");
     assert_eq!(summary["cells"][0]["error"], "interrupted");
-    let run = Run {
-        out: Output {
-            status,
-            stdout: vec![],
-            stderr: vec![],
-        },
-        summary: Some(summary),
-        report_dir: Some(report_dir.to_path_buf()),
-        _dir: dir,
-    };
     assert_nothing_left(&run);
 }
 
@@ -615,23 +625,8 @@ fn soak_cleanup_leaves_a_live_run_of_another_shell_alone() {
         std::fs::read_to_string(e).unwrap().contains("\"ready\"")
     });
     let report_dir = events.parent().unwrap().parent().unwrap().parent().unwrap();
-    let id = report_dir
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .rsplit('-')
-        .next()
-        .unwrap()
-        .to_string();
-    let labelled = || -> Vec<i32> {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
-            .filter(|pid| soak::cleanup::run_label(*pid).as_deref() == Some(id.as_str()))
-            .collect()
-    };
-    let node = labelled();
+    let id = run_id(report_dir);
+    let node = labelled(&id);
     assert!(!node.is_empty(), "the run's node is not running");
     for args in [vec!["cleanup"], vec!["cleanup", "--run", id.as_str()]] {
         let out = Command::new(env!("CARGO_BIN_EXE_soak"))
@@ -642,25 +637,9 @@ fn soak_cleanup_leaves_a_live_run_of_another_shell_alone() {
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(!text.contains(&id), "{args:?} touched the live run: {text}");
     }
-    assert_eq!(labelled(), node, "the live run's node was killed");
+    assert_eq!(labelled(&id), node, "the live run's node was killed");
     assert!(child.try_wait().unwrap().is_none(), "the live run died");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130));
-    let run = Run {
-        out: Output {
-            status,
-            stdout: vec![],
-            stderr: vec![],
-        },
-        summary: None,
-        report_dir: Some(report_dir.to_path_buf()),
-        _dir: dir,
-    };
+    let run = interrupt(child, report_dir, dir);
     assert_nothing_left(&run);
 }
 
@@ -1087,14 +1066,7 @@ fn kill_soak_then_verify(suite_file: &str) -> (Output, PathBuf, tempfile::TempDi
     child.wait().unwrap();
     let cell_dir = ledger.parent().unwrap().to_path_buf();
     let run_dir = cell_dir.parent().unwrap().parent().unwrap();
-    let id = run_dir
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .rsplit('-')
-        .next()
-        .unwrap()
-        .to_string();
+    let id = run_id(run_dir);
     // soak died: no summary. Its node died with it (parent-death signal);
     // its cgroup is what `soak cleanup` is for.
     assert!(!run_dir.join("summary.json").exists());
