@@ -209,6 +209,14 @@ say exit smoke $?
 say summary smoke "$(summary /tmp/reports)"
 sed "s|^|SOAKVM log smoke |" /tmp/smoke.log
 case_run s /cases/root
+# A user with no systemd user manager to delegate to: systemd refuses the
+# scope, soak passes it over, and nothing else is allowed either.
+mkdir -p /tmp/su
+chmod 777 /tmp/su
+setpriv --reuid=1000 --regid=1000 --clear-groups soak run /suites/vm-kill.yaml --out /tmp/su/r > /tmp/su.log 2>&1
+say exit su $?
+say left su "$(soak_cgroups)|$(soak_procs)|$(ls /tmp/su)"
+sed "s|^|SOAKVM log su |" /tmp/su.log
 kill $holder
 say done x ok
 echo o > /proc/sysrq-trigger
@@ -728,6 +736,21 @@ fn as_a_user_without_delegation_it_exits_3_with_the_command_to_run() {
         &[
             "not writable by uid 1000",
             "sudo soak run /suites/vm-kill.yaml",
+        ],
+    );
+}
+
+/// A user under systemd with no user manager to delegate to: soak asks
+/// systemd, is refused, passes it over, and exits 3 naming both and the
+/// command that would give it a delegated scope.
+#[test]
+fn a_user_whom_systemd_refuses_a_scope_exits_3_with_both_reasons() {
+    systemd_vm().refused(
+        "su",
+        &[
+            "systemd refused a transient scope",
+            "not writable by uid 1000",
+            "systemd-run --user --scope -p Delegate=yes soak run /suites/vm-kill.yaml",
         ],
     );
 }

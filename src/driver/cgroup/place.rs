@@ -152,6 +152,11 @@ fn this_command() -> String {
 
 /// Decides where node cgroups go, reading only. `me` is soak's pid.
 pub fn plan(h: &Hierarchy, run: &str, me: i32) -> Result<Plan, NoAccess> {
+    plan_with(h, run, me, true)
+}
+
+/// [`plan`], asking systemd or not (when it would not give a scope).
+fn plan_with(h: &Hierarchy, run: &str, me: i32, ask_systemd: bool) -> Result<Plan, NoAccess> {
     let own = h.own.clone();
     let done = |how, parent| Plan {
         version: h.version,
@@ -216,7 +221,7 @@ pub fn plan(h: &Hierarchy, run: &str, me: i32) -> Result<Plan, NoAccess> {
     }
     // 3. systemd: a delegated scope of soak's own.
     let root = nix::unistd::geteuid().is_root();
-    if systemd_runs() && on_path("busctl") {
+    if ask_systemd && systemd_runs() && on_path("busctl") {
         let user = !root;
         return Ok(Plan {
             version: h.version,
@@ -475,9 +480,23 @@ impl Drop for Placement {
 }
 
 /// Plans and applies: where this process's node cgroups go.
+/// A systemd that refuses the scope (no D-Bus in a container that mounts
+/// /run/systemd, a user manager without delegation) is passed over for
+/// what soak can do without it; both reasons are said if that fails too.
 pub fn place(run: &str) -> Result<Placement, CgroupError> {
     let h = super::detect()?;
     let me = std::process::id() as i32;
-    let plan = plan(&h, run, me)?;
-    Placement::apply(plan, &h, me)
+    let first = plan(&h, run, me)?;
+    let asked_systemd = matches!(first.how, How::SystemdScope { .. });
+    match Placement::apply(first, &h, me) {
+        Err(CgroupError::NoAccess(refused)) if asked_systemd => match plan_with(&h, run, me, false)
+        {
+            Ok(without) => Placement::apply(without, &h, me),
+            Err(mut e) => {
+                e.found.extend(refused.found);
+                Err(e.into())
+            }
+        },
+        other => other,
+    }
 }
