@@ -209,6 +209,25 @@ say exit smoke $?
 say summary smoke "$(summary /tmp/reports)"
 sed "s|^|SOAKVM log smoke |" /tmp/smoke.log
 case_run s /cases/root
+# The CI job cancelled while soak runs: systemd stops the job's unit and
+# kills its cgroup, where soak no longer is; the shell that started soak
+# dies, and soak must stop as at a Ctrl-C (exit 130, a report) and leave
+# nothing. (Here the shell is killed by hand.)
+sh -c 'soak run /suites/vm-long.yaml --out /tmp/cancel > /tmp/cancel.log 2>&1; echo ended' &
+shell=$!
+n=0
+until grep -qs '"kind":"ready"' /tmp/cancel/vm-long/*/cells/*/events.jsonl; do
+  sleep 0.2; n=$((n+1)); [ $n -gt 600 ] && break
+done
+say during cancel "$(soak_cgroups)|$(soak_procs)"
+kill -9 $shell
+n=0
+while pgrep -f 'soak run /suites/vm-long.yaml' > /dev/null; do
+  sleep 0.2; n=$((n+1)); [ $n -gt 300 ] && break
+done
+say summary cancel "$(summary /tmp/cancel)"
+say left cancel "$(soak_cgroups)|$(soak_procs)"
+sed "s|^|SOAKVM log cancel |" /tmp/cancel.log
 # A user with no systemd user manager to delegate to: systemd refuses the
 # scope, soak passes it over, and nothing else is allowed either.
 mkdir -p /tmp/su
@@ -753,6 +772,23 @@ fn a_user_whom_systemd_refuses_a_scope_exits_3_with_both_reasons() {
             "systemd-run --user --scope -p Delegate=yes soak run /suites/vm-kill.yaml",
         ],
     );
+}
+
+/// A CI job cancelled while soak runs in its own scope: the shell that
+/// started soak dies, and soak stops as at a Ctrl-C, with a report, and
+/// leaves no cgroup and no process.
+#[test]
+fn a_cancelled_ci_job_stops_soak_outside_its_unit() {
+    let vm = systemd_vm();
+    let during = vm.get("during", "cancel");
+    assert!(
+        during.contains(".scope/soak-"),
+        "{during}\n{}",
+        vm.log("cancel")
+    );
+    let s = vm.summary("cancel");
+    assert_eq!(s["cells"][0]["error"], "interrupted", "{s}");
+    vm.left_nothing("cancel");
 }
 
 /// The README's first suite, unchanged, on the cgroup v2 machine with

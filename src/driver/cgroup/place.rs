@@ -408,7 +408,18 @@ impl Placement {
             How::Root => enable_memory(&plan.own, None)?,
             How::Own { leaf } => p.own_cgroup(&plan.own, leaf, me)?,
             How::SystemdScope { unit, user } => {
+                let parent = nix::unistd::getppid();
                 let scope = systemd_scope(h, unit, *user, me)?;
+                // Out of its unit, soak would outlive a CI job stopped by
+                // stopping the unit (systemd kills the unit's cgroup):
+                // its parent's death now stops it as a Ctrl-C does.
+                // SAFETY: prctl(2) with integer arguments.
+                unsafe {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong);
+                }
+                if nix::unistd::getppid() != parent {
+                    let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGTERM);
+                }
                 let leaf = scope.join(format!(
                     "{}{SUPERVISOR_SUFFIX}",
                     unit.trim_end_matches(".scope")
