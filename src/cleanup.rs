@@ -63,21 +63,29 @@ fn try_flock(f: &std::fs::File) -> bool {
 
 /// Takes the lock of run `run` for this process.
 pub fn lock_run(run: &str) -> std::io::Result<RunLock> {
+    use std::os::unix::fs::MetadataExt;
     let path = lock_dir().join(format!("{run}.lock"));
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)?;
-    if !try_flock(&file) {
-        return Err(std::io::Error::other(format!(
-            "{} is held by another soak",
-            path.display()
-        )));
+    loop {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)?;
+        if !try_flock(&file) {
+            return Err(std::io::Error::other(format!(
+                "{} is held by another soak",
+                path.display()
+            )));
+        }
+        // A cleanup may have removed the file between its creation and the
+        // lock (it took the lock of a run it thought dead): lock again.
+        let (held, named) = (file.metadata()?, std::fs::metadata(&path));
+        if named.is_ok_and(|n| n.ino() == held.ino() && n.dev() == held.dev()) {
+            file.set_len(0)?;
+            writeln!(file, "{}", std::process::id())?;
+            return Ok(RunLock { _file: file, path });
+        }
     }
-    file.set_len(0)?;
-    writeln!(file, "{}", std::process::id())?;
-    Ok(RunLock { _file: file, path })
 }
 
 /// Whether the soak of run `run` is alive (holds its lock).
@@ -168,6 +176,17 @@ pub fn cleanup(run: Option<&str>, force: bool) -> Cleaned {
         // in, and on v2 its cgroups may sit beneath an ancestor of it.
         walk(&h.mount, 8, h.version, run, &alive, &mut cgroups);
     }
+    // The locks of runs that died without removing theirs.
+    if let Ok(entries) = std::fs::read_dir(lock_dir()) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(id) = name.strip_suffix(".lock") {
+                if run.is_none_or(|r| r == id) && !is_alive(id) {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+    }
     Cleaned { processes, cgroups }
 }
 
@@ -195,5 +214,19 @@ mod tests {
         assert!(lock_run(&run).is_err());
         drop(lock);
         assert!(!is_alive(&run));
+    }
+
+    #[test]
+    fn cleanup_removes_the_lock_a_dead_run_left_and_keeps_a_live_one() {
+        let dead = format!("dead{}", std::process::id());
+        let live = format!("live{}", std::process::id());
+        let stale = lock_dir().join(format!("{dead}.lock"));
+        std::fs::write(&stale, "1\n").unwrap();
+        let lock = lock_run(&live).unwrap();
+        cleanup(Some(&dead), false);
+        cleanup(Some(&live), false);
+        assert!(!stale.exists());
+        assert!(is_alive(&live));
+        drop(lock);
     }
 }
