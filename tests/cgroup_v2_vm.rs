@@ -14,7 +14,7 @@
 //! `limit`; a node that outgrows its limit, OOM-killed and restarted; soak
 //! SIGKILLed, then `soak cleanup`, nothing left.
 //!
-//! `scripts/deps` fetches the kernel and makes the Debian root (debootstrap)
+//! `scripts/vm` fetches the kernel and makes the Debian root (debootstrap)
 //! into ~/.cache/soak/vm; qemu, busybox and cpio are Debian's packages.
 
 mod common;
@@ -35,7 +35,7 @@ fn kernel() -> PathBuf {
     let k = cache.join("soak/vm/vmlinuz");
     assert!(
         k.is_file(),
-        "{} is missing: run scripts/deps (it fetches Debian's kernel for the cgroup v2 tests)",
+        "{} is missing: run scripts/vm (it fetches Debian's kernel for the cgroup v2 tests)",
         k.display()
     );
     k
@@ -362,12 +362,12 @@ enum Machine {
     Systemd,
 }
 
-/// Where `scripts/deps` keeps a Debian root with systemd (debootstrap).
+/// Where `scripts/vm` keeps a Debian root with systemd (debootstrap).
 fn systemd_root() -> PathBuf {
     let root = kernel().with_file_name("systemd-root");
     assert!(
         root.join("lib/systemd/systemd").is_file(),
-        "{} is missing: run scripts/deps (it makes a Debian root with systemd by debootstrap)",
+        "{} is missing: run scripts/vm (it makes a Debian root with systemd by debootstrap)",
         root.display()
     );
     root
