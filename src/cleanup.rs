@@ -33,9 +33,7 @@ pub fn lock_dir() -> PathBuf {
         Some(std::env::temp_dir().join(format!("soak-{}", nix::unistd::geteuid()))),
     ];
     for dir in candidates.into_iter().flatten() {
-        if std::fs::create_dir_all(&dir).is_ok()
-            && nix::unistd::access(&dir, nix::unistd::AccessFlags::W_OK).is_ok()
-        {
+        if std::fs::create_dir_all(&dir).is_ok() && crate::driver::writable(&dir) {
             return dir;
         }
     }

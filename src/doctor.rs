@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::driver::allocator::{self, Kind, Profile};
 use crate::driver::cgroup::{self, place, Version};
+use crate::driver::which;
 use crate::exit;
 
 /// One finding: whether it is there, what it is, and the fix if not.
@@ -29,13 +30,6 @@ fn line(ok: bool, needed: bool, what: &str, detail: impl Into<String>) -> Line {
         what: what.into(),
         detail: detail.into(),
     }
-}
-
-/// The path of `tool` on the PATH.
-fn which(tool: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(tool))
-        .find(|p| p.is_file())
 }
 
 /// The first line a command prints of its version.

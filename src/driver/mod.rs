@@ -5,8 +5,20 @@ pub mod allocator;
 pub mod cgroup;
 pub mod process;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// The path of `tool` on the PATH.
+pub fn which(tool: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+}
+
+/// Whether this process may write `path` (access(2): read-only mounts too).
+pub fn writable(path: &Path) -> bool {
+    nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_ok()
+}
 
 /// What went wrong while driving a node; all of these are failures of the
 /// environment or of the node's start, reported with exit code 3.

@@ -35,6 +35,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::{lists, procs_of, write, Cgroup, CgroupError, Hierarchy, Limits, Version, PREFIX};
+use crate::driver::{which, writable};
 
 /// The name ending of the leaf soak moves itself into (strategy 2).
 pub const SUPERVISOR_SUFFIX: &str = "-supervisor";
@@ -106,10 +107,6 @@ pub struct NoAccess {
     pub fix: String,
 }
 
-fn writable(path: &Path) -> bool {
-    nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_ok()
-}
-
 /// The real root of the hierarchy has no `cgroup.type`; every other cgroup
 /// (a cgroup namespace's root too) has one.
 fn is_real_root(path: &Path) -> bool {
@@ -132,11 +129,6 @@ fn describe_procs(pids: &[i32]) -> String {
 /// Whether systemd is the service manager here (sd_booted(3)'s test).
 pub fn systemd_runs() -> bool {
     Path::new("/run/systemd/system").is_dir()
-}
-
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
 }
 
 /// The command line soak was started with, for a message that says what
@@ -221,7 +213,7 @@ fn plan_with(h: &Hierarchy, run: &str, me: i32, ask_systemd: bool) -> Result<Pla
     }
     // 3. systemd: a delegated scope of soak's own.
     let root = nix::unistd::geteuid().is_root();
-    if ask_systemd && systemd_runs() && on_path("busctl") {
+    if ask_systemd && systemd_runs() && which("busctl").is_some() {
         let user = !root;
         return Ok(Plan {
             version: h.version,
