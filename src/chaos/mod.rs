@@ -338,11 +338,7 @@ impl<'a> Cell<'a> {
             match self.read_back_once().await {
                 Ok(found) => {
                     let took = began.elapsed().as_secs_f64();
-                    self.integrity.add(&found.integrity);
                     let n = self.restarts.len();
-                    let r = self.restarts.last_mut().expect("pushed above");
-                    r.readback_s = Some(took);
-                    r.found("read-back", &found.integrity, found.first_lost.clone());
                     self.events.emit(
                         "read-back",
                         format!(
@@ -351,9 +347,9 @@ impl<'a> Cell<'a> {
                             found.integrity
                         ),
                     );
-                    if let Some(first) = &found.first_lost {
-                        self.events
-                            .emit("lost", format!("restart {n}: first lost {first}"));
+                    self.count_read_back("read-back", &format!("restart {n}"), &found);
+                    if let Some(r) = self.restarts.last_mut() {
+                        r.readback_s = Some(took);
                     }
                     if resume {
                         if let Some(e) = self.engine.as_deref_mut() {
@@ -448,7 +444,9 @@ impl<'a> Cell<'a> {
                 since.lost,
                 since.corrupted,
                 since.resurrected,
-                first.map(|f| format!("; first {f}")).unwrap_or_default()
+                first
+                    .map(|f| format!("; first lost {f}"))
+                    .unwrap_or_default()
             ),
         );
     }
@@ -567,13 +565,29 @@ impl<'a> Cell<'a> {
                 Err(e) => return Err(e.into()),
             }
         };
-        self.integrity.add(&found.integrity);
         self.events.emit("verified", found.integrity.to_string());
+        self.count_read_back("verify", "verify", &found);
+        Ok(Some(found.integrity))
+    }
+
+    /// Adds what a read-back found to the cell, says its first lost write,
+    /// and puts its losses on the newest restart (the death that took
+    /// them; before any restart, the node lost them running). The writes
+    /// in doubt a verify finds stay the cell's: a restart's are those its
+    /// own read-back found.
+    fn count_read_back(&mut self, oracle: &str, whose: &str, found: &verify::ReadBack) {
+        self.integrity.add(&found.integrity);
         if let Some(first) = &found.first_lost {
             self.events
-                .emit("lost", format!("verify: first lost {first}"));
+                .emit("lost", format!("{whose}: first lost {first}"));
         }
-        Ok(Some(found.integrity))
+        if let Some(r) = self.restarts.last_mut() {
+            let mut i = found.integrity;
+            if oracle == "verify" {
+                i.in_doubt = 0;
+            }
+            r.found(oracle, &i, found.first_lost.clone());
+        }
     }
 
     /// One pass over every key the ledger knows, through the node, with
