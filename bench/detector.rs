@@ -143,7 +143,7 @@ fn main() {
         for _ in 0..trials {
             let s = series(c, &mut rng);
             let soak_says = trend::growth_trend(std::slice::from_ref(&s))
-                .map(|t| trend::is_growth(&t, MAX_PER_H / 3600.0, soak::run::GROWTH_ALPHA))
+                .map(|t| trend::is_growth(&t, MAX_PER_H / 3600.0, soak::analysis::GROWTH_ALPHA))
                 .unwrap_or(false);
             let ols_says = ols(&s) * 3600.0 > MAX_PER_H;
             hits[0] += usize::from(soak_says);

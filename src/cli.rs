@@ -1,12 +1,10 @@
 //! The `soak` command line.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
 use crate::exit;
-use crate::report::Verdict;
 use crate::run::{self, RunOptions};
 use crate::suite::Suite;
 
@@ -135,31 +133,13 @@ pub fn fraction(s: &str) -> Result<f64, String> {
     }
 }
 
-pub fn positive(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
-        _ => Err(format!("{s:?}: give a number above 0, e.g. 0.1")),
-    }
-}
-
-pub fn interval(s: &str) -> Result<Duration, String> {
-    let d = crate::units::parse_duration(s).map_err(|e| e.to_string())?;
-    if d < Duration::from_millis(100) || d > Duration::from_secs(60) {
-        return Err(format!("{s:?}: the interval must be between 100ms and 60s"));
-    }
-    Ok(d)
-}
-
-/// The name under which `soak` serves as the reference node.
-pub const NODE_NAME: &str = "soak-node";
-
 #[cfg(feature = "node")]
 /// Whether this process was started as `soak-node` (through a link).
 fn started_as_node() -> bool {
     std::env::args_os().next().is_some_and(|a0| {
         std::path::Path::new(&a0)
             .file_name()
-            .is_some_and(|n| n == NODE_NAME)
+            .is_some_and(|n| n == crate::NODE_NAME)
     })
 }
 
@@ -243,7 +223,7 @@ pub fn main() -> i32 {
                 for missing in &merged.missing_shards {
                     eprintln!("soak: shard {missing} is missing: its cells are not in the report");
                 }
-                verdict_code(merged.verdict)
+                exit::of_verdict(merged.verdict)
             }
             Err(e) => report_error(e),
         },
@@ -383,29 +363,15 @@ fn run_command(opts: RunOptions) -> i32 {
         return exit::ENVIRONMENT;
     };
     rt.block_on(async move {
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        // First Ctrl-C (or SIGTERM): stop the phases, clean up, still report.
-        // Second: kill what this process started and leave at once.
-        tokio::spawn(async move {
-            use tokio::signal::unix::{signal, SignalKind};
-            let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else { return };
-            let mut count = 0;
-            loop {
-                tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
-                count += 1;
-                if count == 1 {
-                    eprintln!("soak: interrupted; stopping the node and writing the report (again to kill at once)");
-                    let _ = tx.send(true);
-                } else {
-                    eprintln!("soak: killing the nodes and leaving");
-                    if let Some(id) = crate::run::current_run_id() {
-                        crate::cleanup::cleanup(Some(&id), true);
-                    }
-                    std::process::exit(130);
-                }
-            }
-        });
-        match run::run(&opts, rx).await {
+        let rx = crate::signal::interrupts();
+        let progress = crate::progress::Progress::new(
+            opts.progress.unwrap_or_else(crate::progress::Mode::detect),
+            opts.quiet,
+            opts.heartbeat,
+        );
+        let ran = run::run(&opts, rx, &progress).await;
+        progress.finish();
+        match ran {
             Ok((summary, dir)) => {
                 println!("{}", dir.join("report.md").display());
                 for c in &summary.cells {
@@ -424,14 +390,7 @@ fn run_command(opts: RunOptions) -> i32 {
                     }
                 }
                 eprintln!("soak: verdict {}", summary.verdict.as_str());
-                if summary.cells.iter().any(|c| c.error.as_deref() == Some("interrupted")) {
-                    return exit::INTERRUPTED;
-                }
-                match summary.verdict {
-                    Verdict::Pass | Verdict::Warn => exit::PASS,
-                    Verdict::Fail => exit::CHECK_FAILED,
-                    Verdict::Error => exit::ENVIRONMENT,
-                }
+                exit::of_summary(&summary)
             }
             Err(e) => {
                 eprintln!("error: {e}");
@@ -468,15 +427,6 @@ fn compare_command(
         exit::CHECK_FAILED
     } else {
         exit::PASS
-    }
-}
-
-/// The exit code of a run's verdict.
-fn verdict_code(v: Verdict) -> i32 {
-    match v {
-        Verdict::Pass | Verdict::Warn => exit::PASS,
-        Verdict::Fail => exit::CHECK_FAILED,
-        Verdict::Error => exit::ENVIRONMENT,
     }
 }
 

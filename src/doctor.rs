@@ -112,9 +112,9 @@ fn node(lines: &mut Vec<Line>) {
     } else {
         let found = std::env::current_exe()
             .ok()
-            .and_then(|e| Some(e.parent()?.join(crate::cli::NODE_NAME)))
+            .and_then(|e| Some(e.parent()?.join(crate::NODE_NAME)))
             .filter(|p| p.is_file())
-            .or_else(|| which(crate::cli::NODE_NAME));
+            .or_else(|| which(crate::NODE_NAME));
         lines.push(line(
             found.is_some(),
             true,

@@ -8,19 +8,28 @@
 //! together; `node` is the reference system under test (`soak-node`).
 
 pub mod analysis;
-pub mod chaos;
 pub mod cleanup;
 pub mod cli;
 pub mod doctor;
 pub mod driver;
+pub mod engine;
 pub mod exit;
 pub mod glob;
+pub mod lock;
+pub mod model;
+pub mod net;
 #[cfg(feature = "node")]
 pub mod node;
+pub mod plan;
+pub mod progress;
 pub mod report;
 pub mod run;
+pub mod signal;
 pub mod suite;
 pub mod telemetry;
 pub mod units;
 pub mod verify;
 pub mod workload;
+
+/// The name soak answers to as the reference node (`${SOAK_NODE}`).
+pub const NODE_NAME: &str = "soak-node";

@@ -157,6 +157,97 @@ impl fmt::Display for Bytes {
     }
 }
 
+/// `90s`, `12m 5s`, `2h 3m`, `450ms`.
+pub fn human_duration(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 1.0 {
+        return format!("{}ms", d.as_millis());
+    }
+    let total = d.as_secs();
+    let (h, m, sec) = (total / 3600, (total % 3600) / 60, total % 60);
+    match (h, m) {
+        (0, 0) if s.fract() > 0.0 && s < 10.0 => format!("{s:.1}s"),
+        (0, 0) => format!("{sec}s"),
+        (0, _) if sec == 0 => format!("{m}m"),
+        (0, _) => format!("{m}m {sec}s"),
+        _ if m == 0 => format!("{h}h"),
+        _ => format!("{h}h {m}m"),
+    }
+}
+
+/// splitmix64: a fast, well-mixed hash of one word.
+pub fn mix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Edit distance with adjacent transpositions (optimal string alignment),
+/// for "did you mean" hints: `PROT` is one edit from `PORT`.
+pub fn distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    d[0] = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+/// The candidate nearest to `word`, if it is near enough to be a typo.
+pub fn near_miss<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let lw = word.to_ascii_lowercase();
+    candidates
+        .into_iter()
+        .map(|c| (distance(&lw, &c.to_ascii_lowercase()), c))
+        .filter(|(d, c)| *d <= (c.len() / 3).max(1))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// ", did you mean X?" or nothing.
+pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    near_miss(word, candidates)
+        .map(|c| format!("; did you mean `{c}`?"))
+        .unwrap_or_default()
+}
+
+pub fn positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("{s:?}: give a number above 0, e.g. 0.1")),
+    }
+}
+
+pub fn interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_millis(100) || d > Duration::from_secs(60) {
+        return Err(format!("{s:?}: the interval must be between 100ms and 60s"));
+    }
+    Ok(d)
+}
+
+/// `--heartbeat`: at least a second.
+pub fn heartbeat(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_secs(1) {
+        return Err(format!("{s:?}: the heartbeat must be at least 1s"));
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

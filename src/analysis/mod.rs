@@ -26,22 +26,7 @@ pub fn median(mut v: Vec<f64>) -> Option<f64> {
     Some(trend::median_sorted(&v))
 }
 
-/// What one memory (or disk) series says, in bytes and bytes per hour.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct SeriesAnalysis {
-    pub peak: u64,
-    /// Median of the last quarter of the last segment: where it settled.
-    pub steady: Option<f64>,
-    /// Theil-Sen slope, bytes per hour, with its 95% interval.
-    pub slope_per_hour: Option<f64>,
-    pub slope_low_per_hour: Option<f64>,
-    pub slope_high_per_hour: Option<f64>,
-    /// One-sided p-value of growth (Mann-Kendall, autocorrelation-corrected).
-    pub p_growth: Option<f64>,
-    /// At the slope, hours from the steady state to the limit.
-    pub hours_to_limit: Option<f64>,
-}
+pub use crate::model::SeriesAnalysis;
 
 /// The segments between restarts of one series, each without its first
 /// `warmup_s` seconds, as (t, value) points.

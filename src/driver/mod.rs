@@ -1,12 +1,94 @@
 //! Drivers run a node's life: start, readiness, signals, stop, and where its
-//! memory can be read. `process` runs a local process tree in a cgroup.
+//! memory can be read, behind one trait, [`Node`], that the engine drives.
+//! `process` runs a local process tree in a cgroup.
 
 pub mod allocator;
 pub mod cgroup;
 pub mod process;
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+/// How an incarnation of the node ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match *self {
+            Exit::Code(c) => write!(f, "exit code {c}"),
+            Exit::Signal(s) => match Signal::try_from(s) {
+                Ok(sig) => write!(f, "signal {}", sig.as_str()),
+                Err(_) => write!(f, "signal {s}"),
+            },
+        }
+    }
+}
+
+/// Why a node that was started is no longer running, when soak did not
+/// stop it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Death {
+    /// The kernel's OOM killer (the cgroup's counter went up, or the
+    /// engine says `OOMKilled`).
+    Oom,
+    /// Anything else: a crash, an exit of its own.
+    Crash,
+}
+
+/// What a version of the node runs: its argv and environment, rendered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Launch {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+/// A future that resolves when the running incarnation exits.
+pub type Exited = Pin<Box<dyn Future<Output = Exit> + Send + 'static>>;
+
+/// A node as the engine drives it: one incarnation at a time, started,
+/// stopped, signalled, and watched through [`Node::exited`] (a future, not
+/// a poll: a death is seen as the kernel reports it).
+pub trait Node: Send {
+    /// Starts an incarnation and waits until it is ready; how long that
+    /// took. One that exits or never gets ready is killed, with its log's
+    /// last lines in the error.
+    fn start(&mut self) -> impl Future<Output = Result<Duration, DriverError>> + Send;
+    /// The suite's stop: its signal, the grace period, then SIGKILL.
+    fn stop(&mut self) -> impl Future<Output = Result<Exit, DriverError>> + Send;
+    /// Kills with `sig` and waits for the exit (SIGKILL if it lingers).
+    fn kill(&mut self, sig: Signal) -> impl Future<Output = Result<Exit, DriverError>> + Send;
+    /// Freezes the node (SIGSTOP, or the cgroup freezer) until `resume`.
+    fn pause(&mut self) -> Result<(), DriverError>;
+    fn resume(&mut self) -> Result<(), DriverError>;
+    /// Resolves when the running incarnation exits; pending forever when
+    /// none runs.
+    fn exited(&self) -> Exited;
+    /// How the running incarnation ended, if it has.
+    fn exit(&self) -> Option<Exit>;
+    /// After an exit soak did not cause: an OOM kill or a crash. Forgets
+    /// the incarnation.
+    fn death(&mut self) -> Death;
+    /// Whether an incarnation runs and has not exited.
+    fn running(&self) -> bool;
+    /// The main process, for the allocator's proof and the sampler.
+    fn pid(&self) -> Option<i32>;
+    /// Sets the memory limit live; returns what the kernel holds now, as
+    /// read back (`memory.max read back: N`).
+    fn set_memory_limit(&self, bytes: u64) -> Result<String, DriverError>;
+    /// What the next start runs.
+    fn use_version(&mut self, launch: &Launch);
+    /// Kills everything and removes what the node had (its cgroup).
+    /// Idempotent.
+    fn shutdown(&mut self);
+}
 
 /// The path of `tool` on the PATH.
 pub fn which(tool: &str) -> Option<PathBuf> {

@@ -20,7 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::cgroup::{self, Cgroup};
-use super::DriverError;
+use super::{Death, DriverError, Exit, Exited, Launch, Node};
 
 /// How readiness is probed.
 #[derive(Debug, Clone)]
@@ -75,25 +75,13 @@ pub struct ProcessNode {
     oom_seen: u64,
 }
 
-/// Why a node that was started is no longer running.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Death {
-    /// The kernel's OOM killer (the cgroup's counter went up).
-    Oom,
-    /// Anything else: a crash, an exit of its own.
-    Crash,
-}
-
-pub fn describe(status: ExitStatus) -> String {
-    match (status.code(), status.signal()) {
-        (Some(c), _) => format!("exit code {c}"),
-        (_, Some(s)) => format!(
-            "signal {}",
-            Signal::try_from(s)
-                .map(|s| s.as_str().to_string())
-                .unwrap_or_else(|_| s.to_string())
-        ),
-        _ => status.to_string(),
+impl From<ExitStatus> for Exit {
+    fn from(status: ExitStatus) -> Exit {
+        match (status.code(), status.signal()) {
+            (Some(c), _) => Exit::Code(c),
+            (_, Some(s)) => Exit::Signal(s),
+            _ => Exit::Code(-1),
+        }
     }
 }
 
@@ -230,7 +218,7 @@ impl ProcessNode {
             if let Some(status) = self.exit_status() {
                 self.current = None;
                 return Err(DriverError::ExitedBeforeReady {
-                    status: describe(status),
+                    status: Exit::from(status).to_string(),
                     log: self.spec.log.clone(),
                     tail: tail_from(&self.spec.log, log_from, 20),
                 });
@@ -409,7 +397,7 @@ pub async fn probe(p: &Probe, log: &std::path::Path, from: u64) -> bool {
     };
     let attempt = async {
         match p {
-            Probe::Http(url) => http_ok(url).await,
+            Probe::Http(url) => crate::net::http::get_ok(url).await,
             Probe::Log(re) => {
                 let Ok(re) = regex::Regex::new(re) else {
                     return false;
@@ -455,48 +443,83 @@ pub async fn probe(p: &Probe, log: &std::path::Path, from: u64) -> bool {
     tokio::time::timeout(limit, attempt).await.unwrap_or(false)
 }
 
-/// `http://HOST:PORT/PATH` split into the address and the path.
-pub fn http_parts(url: &str) -> Option<(String, String)> {
-    let rest = url.strip_prefix("http://")?;
-    let (host, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    let addr = if host.contains(':') {
-        host.to_string()
-    } else {
-        format!("{host}:80")
-    };
-    (!host.is_empty()).then(|| (addr, path.to_string()))
-}
-
-/// A GET answered with a 2xx status (HTTP/1.1, plain: nodes here listen on
-/// loopback).
-async fn http_ok(url: &str) -> bool {
-    let Some((addr, path)) = http_parts(url) else {
-        return false;
-    };
-    let Ok(mut s) = tokio::net::TcpStream::connect(addr.as_str()).await else {
-        return false;
-    };
-    let host = addr.split(':').next().unwrap_or("");
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    if s.write_all(req.as_bytes()).await.is_err() {
-        return false;
+impl Node for ProcessNode {
+    async fn start(&mut self) -> Result<Duration, DriverError> {
+        ProcessNode::start(self).await
     }
-    let mut buf = [0u8; 32];
-    let mut n = 0;
-    while n < 12 {
-        match s.read(&mut buf[n..]).await {
-            Ok(0) | Err(_) => break,
-            Ok(k) => n += k,
+
+    async fn stop(&mut self) -> Result<Exit, DriverError> {
+        ProcessNode::stop(self).await.map(Exit::from)
+    }
+
+    async fn kill(&mut self, sig: Signal) -> Result<Exit, DriverError> {
+        ProcessNode::kill(self, sig).await.map(Exit::from)
+    }
+
+    fn pause(&mut self) -> Result<(), DriverError> {
+        self.signal(Signal::SIGSTOP)
+    }
+
+    fn resume(&mut self) -> Result<(), DriverError> {
+        self.signal(Signal::SIGCONT)
+    }
+
+    fn exited(&self) -> Exited {
+        let rx = self.current.as_ref().map(|r| r.exit.clone());
+        Box::pin(async move {
+            if let Some(mut rx) = rx {
+                if let Ok(s) = rx.wait_for(|s| s.is_some()).await {
+                    if let Some(s) = *s {
+                        return Exit::from(s);
+                    }
+                }
+            }
+            std::future::pending().await
+        })
+    }
+
+    fn exit(&self) -> Option<Exit> {
+        self.exit_status().map(Exit::from)
+    }
+
+    fn death(&mut self) -> Death {
+        self.classify_death()
+    }
+
+    fn running(&self) -> bool {
+        self.is_running()
+    }
+
+    fn pid(&self) -> Option<i32> {
+        ProcessNode::pid(self)
+    }
+
+    fn set_memory_limit(&self, bytes: u64) -> Result<String, DriverError> {
+        let Some(cg) = &self.cgroup else {
+            return Err(DriverError::Io(
+                "`limit` needs the node's cgroup, and it has none".into(),
+            ));
+        };
+        cg.set_memory_limit(bytes)?;
+        // What the kernel holds now, read back from its file.
+        let file = match cg.version {
+            cgroup::Version::V1 => "memory.limit_in_bytes",
+            cgroup::Version::V2 => "memory.max",
+        };
+        match cg.memory_limit() {
+            Some(now) if now == bytes => Ok(format!("{file} read back: {now}")),
+            now => Err(DriverError::Io(format!(
+                "the memory limit was set to {bytes} bytes, and {file} reads {now:?}"
+            ))),
         }
     }
-    // "HTTP/1.1 200 OK"
-    let line = String::from_utf8_lossy(&buf[..n]);
-    let mut parts = line.split_whitespace();
-    parts.next().is_some_and(|v| v.starts_with("HTTP/"))
-        && parts
-            .next()
-            .is_some_and(|code| code.starts_with('2') && code.len() == 3)
+
+    fn use_version(&mut self, launch: &Launch) {
+        self.spec.argv = launch.argv.clone();
+        self.spec.env = launch.env.clone();
+    }
+
+    fn shutdown(&mut self) {
+        ProcessNode::shutdown(self)
+    }
 }

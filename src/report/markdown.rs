@@ -264,7 +264,7 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
     }
     #[cfg(feature = "node")]
     {
-        let groups = |i: &crate::verify::offline::Inspection| {
+        let groups = |i: &crate::model::Inspection| {
             let v: Vec<String> = i
                 .compression
                 .iter()

@@ -121,7 +121,7 @@ pub fn merge(dirs: &[PathBuf], out: Option<&Path>) -> Result<(Summary, PathBuf),
     let first = first.clone();
     runs.sort_by_key(|(_, s)| shard(s).map_or(0, |(i, _)| i));
 
-    let run_id = crate::run::new_run_id();
+    let run_id = crate::lock::new_run_id();
     let out = match out {
         Some(o) => o.to_path_buf(),
         None => runs[0].0.parent().unwrap_or(Path::new(".")).join(format!(

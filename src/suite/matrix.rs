@@ -7,7 +7,7 @@ use std::fmt;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
-use crate::driver::allocator::Profile;
+use crate::suite::allocator::Profile;
 
 /// RocksDB's compression names, checked wherever a parameter is called
 /// `compression` or ends in `_compression`.

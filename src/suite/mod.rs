@@ -7,6 +7,7 @@
 //! verify phase without a workload) and finds the line of the path it blames
 //! with [`locate`].
 
+pub mod allocator;
 pub mod checks;
 pub mod locate;
 pub mod matrix;
@@ -26,7 +27,10 @@ pub use matrix::{CellDef, Matrix};
 pub use phase::{Action, ChaosSpec, ExecSpec, Phase};
 pub use values::{Count, Dur, GrowthRate, LoadRate, Rate, Sig, Size, SizeRange};
 
-use crate::driver::allocator::Profile;
+use allocator::Profile;
+
+/// The name of the version the node starts as (`node:` in the suite).
+pub const BASE_VERSION: &str = "node";
 
 /// A whole suite, as written.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
@@ -391,7 +395,7 @@ impl Suite {
             }
         }
         if let Some(url) = &ready.http {
-            if crate::driver::process::http_parts(url).is_none() {
+            if crate::net::http::http_parts(url).is_none() {
                 out.push(("node.ready.http".into(), format!("{url:?}: give a plain http:// URL, e.g. http://127.0.0.1:${{PORT}}/health (https is not probed)")));
             }
         }
@@ -541,7 +545,7 @@ impl Suite {
                     "`verify: offline` opens the node's data directory, and the node is running here: add `- stop` before it".into(),
                 )),
                 Phase::Upgrade(v) | Phase::Downgrade(v)
-                    if v != crate::chaos::BASE_VERSION && !self.versions.contains_key(v) =>
+                    if v != BASE_VERSION && !self.versions.contains_key(v) =>
                 {
                     let known: Vec<&str> = self.versions.keys().map(String::as_str).collect();
                     out.push((

@@ -141,17 +141,7 @@ impl<'de> Deserialize<'de> for ThroughputParse {
     }
 }
 
-/// What chaos may do to the node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Action {
-    /// The chaos signal (SIGKILL by default), then a start.
-    Kill,
-    /// SIGSTOP for the pause time, then SIGCONT.
-    Pause,
-    /// A graceful stop, then a start.
-    Restart,
-}
+pub use crate::model::Action;
 
 pub const ACTIONS: [&str; 3] = ["kill", "pause", "restart"];
 
@@ -412,7 +402,7 @@ impl Phase {
 
 impl fmt::Display for Phase {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        let d = |d: &Duration| crate::report::human_duration(*d);
+        let d = |d: &Duration| crate::units::human_duration(*d);
         match self {
             Phase::Run(x) | Phase::Pause(x) | Phase::Wait(x) => {
                 write!(f, "{} {}", self.word(), d(x))

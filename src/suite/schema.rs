@@ -12,7 +12,7 @@ use super::matrix::{Matrix, CODECS};
 use super::phase::{Phase, ACTIONS, PHASES};
 use super::values::{Count, Dur, GrowthRate, Rate, Sig, Size, SIGNALS};
 use super::Suite;
-use crate::driver::allocator::{Profile, GLIBC_OPTIONS, KINDS};
+use crate::suite::allocator::{Profile, GLIBC_OPTIONS, KINDS};
 
 const SIZE: &str = r"^\s*[0-9][0-9_]*(\.[0-9]+)?\s*(B|KiB|MiB|GiB|TiB|KB|kB|MB|GB|TB|K|M|G|T)?\s*$";
 const DURATION: &str = r"^\s*[0-9][0-9_]*(\.[0-9]+)?\s*(ms|s|sec|m|min|h)\s*$";

@@ -10,38 +10,15 @@ pub mod saved;
 use std::time::{Duration, Instant};
 
 use redis::AsyncConnectionConfig;
-use serde::Serialize;
 
-use crate::workload::ledger::{KeyVerdict, Ledger, LostWrite};
+pub use crate::model::Integrity;
+use crate::model::LostWrite;
+use crate::workload::ledger::{KeyVerdict, Ledger};
 
 /// Keys per MGET.
 const BATCH: usize = 1000;
 /// MGETs in flight at once on the one connection.
 const PIPELINE: usize = 8;
-
-/// Counts of one verification (or of several, added up).
-#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
-#[serde(default)]
-pub struct Integrity {
-    /// Writes the node acknowledged during the run.
-    pub acknowledged: u64,
-    /// Keys read back and found as the ledger expected.
-    pub verified: u64,
-    pub lost: u64,
-    pub corrupted: u64,
-    pub in_doubt: u64,
-    pub resurrected: u64,
-}
-
-impl std::fmt::Display for Integrity {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(
-            f,
-            "{} as expected, {} lost, {} corrupted, {} in doubt, {} resurrected",
-            self.verified, self.lost, self.corrupted, self.in_doubt, self.resurrected
-        )
-    }
-}
 
 impl Integrity {
     /// Counts one key's verdict.
@@ -54,14 +31,6 @@ impl Integrity {
             KeyVerdict::Resurrected => self.resurrected += 1,
             KeyVerdict::Untouched => {}
         }
-    }
-
-    pub fn add(&mut self, o: &Integrity) {
-        self.verified += o.verified;
-        self.lost += o.lost;
-        self.corrupted += o.corrupted;
-        self.in_doubt += o.in_doubt;
-        self.resurrected += o.resurrected;
     }
 }
 

@@ -9,43 +9,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use rocksdb::{AsRawPtr, Options, ReadOptions, DB};
-use serde::{Deserialize, Serialize};
 
-use super::Integrity;
+use crate::model::{Inspection, Integrity};
 use crate::workload::ledger::Ledger;
-
-/// SST files of one level, or of one compression.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct FileGroup {
-    pub files: u64,
-    pub bytes: u64,
-    pub entries: u64,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Inspection {
-    /// The data directory's size on disk.
-    pub size_bytes: u64,
-    pub column_families: Vec<String>,
-    /// Keys found by the full scan, per column family.
-    pub keys: BTreeMap<String, u64>,
-    /// SST files by level (`L0`, `L1`, ...).
-    pub levels: BTreeMap<String, FileGroup>,
-    /// SST files by the compression their table properties name.
-    pub compression: BTreeMap<String, FileGroup>,
-    /// The first corruption RocksDB found, with the file it names.
-    pub corruption: Option<String>,
-    /// The version that wrote the newest OPTIONS file.
-    pub rocksdb_version: Option<String>,
-    /// The newest OPTIONS file, flattened to `section.option = value`.
-    #[serde(skip)]
-    pub options: BTreeMap<String, String>,
-    /// The ledger's verdict on the contents, where one was given.
-    pub integrity: Option<Integrity>,
-    /// Seconds spent verifying checksums, and scanning every key.
-    pub checksum_s: f64,
-    pub scan_s: f64,
-}
 
 /// The compression an SST file's table properties name: `Snappy`, `LZ4`,
 /// `NoCompression`... The metaindex block (written with a restart interval

@@ -105,7 +105,7 @@ pub enum ReverifyError {
 pub struct Reverified {
     pub integrity: super::Integrity,
     /// The first write found lost (or corrupted, or resurrected).
-    pub first_lost: Option<crate::workload::ledger::LostWrite>,
+    pub first_lost: Option<crate::model::LostWrite>,
     /// The ledger was saved while the run went on: keys may hold writes
     /// made after it, judged in doubt rather than corrupt.
     pub stale_ledger: bool,

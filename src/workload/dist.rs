@@ -40,7 +40,7 @@ impl<'de> Deserialize<'de> for Distribution {
         let unknown = |name: &str| {
             D::Error::custom(format!(
                 "unknown distribution `{name}`{}; distributions: uniform, sequential, {{ zipfian: 0.99 }}, latest, {{ latest: 0.99 }}",
-                crate::suite::values::did_you_mean(name, NAMES.iter().copied())
+                crate::units::did_you_mean(name, NAMES.iter().copied())
             ))
         };
         let raw = Raw::deserialize(d).map_err(|_| {

@@ -50,13 +50,7 @@ pub struct Ledger {
 const MAGIC: &[u8; 8] = b"SOAKLDG2";
 const MAGIC_V1: &[u8; 8] = b"SOAKLDG1";
 
-/// splitmix64: a fast, well-mixed hash of one word.
-pub fn mix64(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+pub use crate::units::mix64;
 
 /// What a value read back says about its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,29 +62,7 @@ pub enum Observed {
     Garbage,
 }
 
-/// A write the node acknowledged and then lost, as found.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct LostWrite {
-    /// The key's name as the node stores it (`soak:123`).
-    pub key: String,
-    /// The version acknowledged (the value's header says `key:version:`).
-    pub acked_version: u32,
-    /// When it was acknowledged, seconds since the cell started (the
-    /// second it began in: the ledger keeps whole seconds).
-    pub acked_at_s: f64,
-    /// What was read instead: `nothing`, `version N`, or bytes of no version.
-    pub read: String,
-}
-
-impl std::fmt::Display for LostWrite {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(
-            f,
-            "{} version {} acknowledged at {:.0} s, read {}",
-            self.key, self.acked_version, self.acked_at_s, self.read
-        )
-    }
-}
+use crate::model::LostWrite;
 
 /// The verdict on one key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

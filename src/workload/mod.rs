@@ -165,6 +165,54 @@ impl LoadStats {
     }
 }
 
+impl LoadStats {
+    /// The load as `summary.json` has it.
+    pub fn summary(&self) -> crate::model::LoadSummary {
+        crate::model::LoadSummary {
+            active_s: self.active_s,
+            sets: self.sets_ok,
+            gets: self.gets_ok,
+            dels: self.dels_ok,
+            mgets: self.mgets_ok,
+            fill_sets: self.fill_sets,
+            errors: self.errors,
+            unavailable: self.unavailable,
+            corrupted_reads: self.corrupted_reads,
+            ops_per_s: self.ops_per_s(),
+            writes_per_s: self.per_s(self.writes()),
+            reads_per_s: self.per_s(self.reads()),
+            latency_us: latency(&self.latency_us),
+        }
+    }
+}
+
+/// The percentiles of a histogram; `None` when it is empty.
+pub fn latency(h: &Histogram<u64>) -> Option<crate::model::Latency> {
+    (!h.is_empty()).then(|| crate::model::Latency {
+        p50: h.value_at_quantile(0.5),
+        p90: h.value_at_quantile(0.9),
+        p99: h.value_at_quantile(0.99),
+        p999: h.value_at_quantile(0.999),
+        max: h.max(),
+    })
+}
+
+/// A handle on the load's totals for live progress.
+#[derive(Clone)]
+pub struct Live(Arc<Mutex<Shared>>);
+
+impl Live {
+    /// Acknowledged operations so far, and the p99 latency (µs) so far.
+    pub fn now(&self) -> (u64, Option<u64>) {
+        let s = self.0.lock().expect("stats lock");
+        let h = &s.total.latency_us;
+        (
+            s.total.ops_ok(),
+            (!h.is_empty()).then(|| h.value_at_quantile(0.99)),
+        )
+    }
+}
+
 /// The totals of every connection, and the same since the last interval.
 #[derive(Default)]
 struct Shared {
@@ -172,7 +220,7 @@ struct Shared {
     interval: LoadStats,
     /// The first write a read during the load found lost, since it was
     /// last taken ([`Engine::take_first_lost`]).
-    first_lost: Option<ledger::LostWrite>,
+    first_lost: Option<crate::model::LostWrite>,
 }
 
 /// The thread the load runs on: one single-threaded runtime, so that the
@@ -357,8 +405,13 @@ impl Engine {
 
     /// The first write reads during the load found lost since the last
     /// call, if any.
-    pub fn take_first_lost(&self) -> Option<ledger::LostWrite> {
+    pub fn take_first_lost(&self) -> Option<crate::model::LostWrite> {
         self.shared.lock().expect("stats lock").first_lost.take()
+    }
+
+    /// A handle for live progress.
+    pub fn live(&self) -> Live {
+        Live(self.shared.clone())
     }
 
     /// Totals so far, to within one flush of each connection (100 ms);
@@ -699,7 +752,7 @@ impl Conn {
         &self,
         local: &mut LoadStats,
         lat: &mut Vec<u64>,
-        first_lost: &mut Option<ledger::LostWrite>,
+        first_lost: &mut Option<crate::model::LostWrite>,
     ) {
         if local.is_empty() && lat.is_empty() && first_lost.is_none() {
             return;
@@ -747,7 +800,7 @@ impl Conn {
         value: Option<&[u8]>,
         snap: (u32, u32),
         local: &mut LoadStats,
-        first_lost: &mut Option<ledger::LostWrite>,
+        first_lost: &mut Option<crate::model::LostWrite>,
     ) {
         use ledger::KeyVerdict as V;
         let seen = self.ledger.decode(k, value);
@@ -771,7 +824,7 @@ impl Conn {
         link: &mut Link,
         local: &mut LoadStats,
         lat: &mut Vec<u64>,
-        first_lost: &mut Option<ledger::LostWrite>,
+        first_lost: &mut Option<crate::model::LostWrite>,
     ) -> Result<(), String> {
         let mut used = 0;
         let now = Instant::now();

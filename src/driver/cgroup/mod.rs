@@ -528,6 +528,14 @@ pub fn lists(file: &Path, controller: &str) -> bool {
         .any(|c| c == controller)
 }
 
+/// The run id in a name soak gave (`soak-<run>`, `soak-<run>-0`,
+/// `soak-<run>.scope`, `soak-<run>-supervisor`).
+pub fn run_of(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix(PREFIX)?;
+    let end = rest.find(['-', '.']).unwrap_or(rest.len());
+    (end > 0).then(|| &rest[..end])
+}
+
 /// Removes cgroups named `soak-<run>...` beneath `parent` (all soak
 /// cgroups when `run` is `None`), killing their processes first. Returns
 /// the paths removed. A soak's own leaf (`...-supervisor`) holds soak
@@ -552,7 +560,7 @@ pub fn cleanup_in(
         if !wanted || !e.path().is_dir() {
             continue;
         }
-        if crate::cleanup::run_of(&name).is_some_and(alive) {
+        if run_of(&name).is_some_and(alive) {
             continue;
         }
         if name.ends_with(place::SUPERVISOR_SUFFIX) {

@@ -1,0 +1,275 @@
+//! The suite's checks judged against what a cell measured: pure functions
+//! of the records, one per check, so that each edge (no restarts, an empty
+//! histogram, no disk sizes) is tested on its own.
+
+use hdrhistogram::Histogram;
+use serde_json::Value;
+
+use crate::analysis::GROWTH_ALPHA;
+use crate::model::{
+    CheckResult, ExecResult, Integrity, MemorySummary, PhaseRecord, Restart, SeriesAnalysis,
+    Verdict,
+};
+use crate::suite::checks::{
+    DiskCheck, GrowthCheck, LatencyCheck, PeakCheck, RestartTimeCheck, Series, ThroughputCheck,
+};
+use crate::suite::{Checks, CountCheck, Severity};
+
+/// What a cell measured, as the checks read it.
+pub struct Measured<'a> {
+    pub integrity: &'a Integrity,
+    pub memory: &'a MemorySummary,
+    pub restarts: &'a [Restart],
+    /// Acknowledged operations per second, and every latency, where a
+    /// workload ran.
+    pub ops_per_s: Option<f64>,
+    pub latency_us: Option<&'a Histogram<u64>>,
+    pub execs: &'a [ExecResult],
+    pub phases: &'a [PhaseRecord],
+}
+
+/// Every check of the suite against what the cell measured.
+pub fn evaluate(c: &Checks, m: &Measured) -> Vec<CheckResult> {
+    let crashes = m
+        .restarts
+        .iter()
+        .filter(|r| r.reason == crate::model::Cause::Crash)
+        .count();
+    let mut out: Vec<CheckResult> = [
+        count(
+            "lost_writes",
+            c.lost_writes,
+            m.integrity.lost + m.integrity.resurrected,
+        ),
+        count(
+            "corrupted_writes",
+            c.corrupted_writes,
+            m.integrity.corrupted,
+        ),
+        count("oom_kills", c.oom_kills, m.memory.oom_kills),
+        count("crashes", c.crashes, crashes as u64),
+        c.memory_growth.as_ref().map(|g| growth(g, m.memory)),
+        c.peak_memory.as_ref().map(|p| peak(p, m.memory)),
+        c.disk
+            .as_ref()
+            .and_then(|d| disk(d, m.memory.peak_disk_bytes)),
+        c.disk.as_ref().and_then(|d| disk_growth(d, m.phases)),
+        c.throughput
+            .as_ref()
+            .and_then(|t| Some(throughput(t, m.ops_per_s?))),
+        c.latency
+            .as_ref()
+            .and_then(|t| Some(latency(t, m.latency_us?))),
+        c.restart_time.as_ref().map(|r| restart_time(r, m.restarts)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    for (i, e) in m.execs.iter().enumerate() {
+        out.extend(exec(i + 1, e));
+    }
+    out
+}
+
+/// A cell's verdict: an error, else the worst of its checks.
+pub fn cell_verdict(error: bool, checks: &[CheckResult]) -> Verdict {
+    if error {
+        return Verdict::Error;
+    }
+    Verdict::worst(checks.iter().map(|c| c.verdict))
+}
+
+fn verdict_of(ok: bool, severity: Severity) -> Verdict {
+    match (ok, severity) {
+        (true, _) => Verdict::Pass,
+        (false, Severity::Fail) => Verdict::Fail,
+        (false, Severity::Warn) => Verdict::Warn,
+    }
+}
+
+fn opt<T: Into<Value>>(v: Option<T>) -> Value {
+    v.map(Into::into).unwrap_or(Value::Null)
+}
+
+fn count(name: &str, c: Option<CountCheck>, value: u64) -> Option<CheckResult> {
+    let c = c?;
+    Some(CheckResult {
+        name: name.into(),
+        verdict: verdict_of(value <= c.max, c.severity),
+        value: value.into(),
+        limit: c.max.into(),
+        detail: None,
+        unit: "count".into(),
+    })
+}
+
+pub fn series_name(s: Series) -> &'static str {
+    match s {
+        Series::Rss => "rss",
+        Series::Pss => "pss",
+        Series::Anon => "anon",
+        Series::Cgroup => "cgroup",
+    }
+}
+
+fn series(m: &MemorySummary, s: Series) -> (&SeriesAnalysis, u64) {
+    match s {
+        Series::Rss => (&m.rss, m.peak_rss_bytes),
+        Series::Pss => (&m.pss, m.peak_pss_bytes),
+        Series::Anon => (&m.anon, m.peak_anon_bytes),
+        Series::Cgroup => (&m.cgroup, m.peak_cgroup_bytes),
+    }
+}
+
+/// Fails only on growth above the limit that is also a significant trend
+/// (analysis::trend): warm-up and sawtooth are not leaks.
+fn growth(g: &GrowthCheck, m: &MemorySummary) -> CheckResult {
+    let (a, _) = series(m, g.series);
+    let growing = match (a.slope_per_hour, a.p_growth) {
+        (Some(s), Some(p)) => s > g.max.0 && p < GROWTH_ALPHA,
+        _ => false,
+    };
+    let mib = |v: Option<f64>| {
+        v.map(|v| format!("{:+.1}", v / 1048576.0))
+            .unwrap_or_else(|| "n/a".into())
+    };
+    CheckResult {
+        name: format!("memory_growth ({})", series_name(g.series)),
+        verdict: verdict_of(!growing, g.severity),
+        value: opt(a.slope_per_hour),
+        limit: g.max.0.into(),
+        unit: "bytes/h".into(),
+        detail: Some(format!(
+            "95% CI [{}, {}] MiB/h, p = {}{}",
+            mib(a.slope_low_per_hour),
+            mib(a.slope_high_per_hour),
+            a.p_growth
+                .map(|p| format!("{p:.2e}"))
+                .unwrap_or_else(|| "n/a".into()),
+            a.hours_to_limit
+                .map(|h| format!(", the limit reached in {}", crate::units::hours(h)))
+                .unwrap_or_default()
+        )),
+    }
+}
+
+fn peak(p: &PeakCheck, m: &MemorySummary) -> CheckResult {
+    let (_, peak) = series(m, p.series);
+    CheckResult {
+        name: format!("peak_memory ({})", series_name(p.series)),
+        verdict: verdict_of(peak <= p.max.0, p.severity),
+        value: peak.into(),
+        limit: p.max.0.into(),
+        detail: None,
+        unit: "bytes".into(),
+    }
+}
+
+fn disk(d: &DiskCheck, peak: u64) -> Option<CheckResult> {
+    let max = d.max?;
+    Some(CheckResult {
+        name: "disk".into(),
+        verdict: verdict_of(peak <= max.0, d.severity),
+        value: peak.into(),
+        limit: max.0.into(),
+        detail: None,
+        unit: "bytes".into(),
+    })
+}
+
+/// The data directory at the end over its size after the first phase that
+/// left data; fails when no phase left any (nothing to compare is not a
+/// pass).
+fn disk_growth(d: &DiskCheck, phases: &[PhaseRecord]) -> Option<CheckResult> {
+    let ratio = d.max_growth?;
+    let sizes: Vec<u64> = phases
+        .iter()
+        .filter_map(|p| p.disk_bytes)
+        .filter(|b| *b > 0)
+        .collect();
+    let (first, last) = (sizes.first(), sizes.last());
+    let growth = match (first, last) {
+        (Some(a), Some(b)) => Some(*b as f64 / *a as f64),
+        _ => None,
+    };
+    Some(CheckResult {
+        name: "disk growth".into(),
+        verdict: verdict_of(growth.is_some_and(|g| g <= ratio), d.severity),
+        value: opt(growth.map(|g| (g * 1000.0).round() / 1000.0)),
+        limit: ratio.into(),
+        detail: Some(match (first, last) {
+            (Some(a), Some(b)) => format!(
+                "{} after the first phase, {} at the end",
+                crate::units::Bytes(*a),
+                crate::units::Bytes(*b)
+            ),
+            _ => "no phase left data to compare".into(),
+        }),
+        unit: "x".into(),
+    })
+}
+
+fn throughput(t: &ThroughputCheck, rate: f64) -> CheckResult {
+    CheckResult {
+        name: "throughput".into(),
+        verdict: verdict_of(rate >= t.min.0, t.severity),
+        value: ((rate * 10.0).round() / 10.0).into(),
+        limit: t.min.0.into(),
+        detail: None,
+        unit: "ops/s".into(),
+    }
+}
+
+/// An empty histogram (no request answered) fails: no latency is not a
+/// low one.
+fn latency(t: &LatencyCheck, h: &Histogram<u64>) -> CheckResult {
+    let us = h.value_at_quantile(t.percentile / 100.0);
+    let limit_us = t.max.0.as_micros() as u64;
+    CheckResult {
+        name: format!("latency (p{})", t.percentile),
+        verdict: verdict_of(!h.is_empty() && us <= limit_us, t.severity),
+        value: opt((!h.is_empty()).then_some(us as f64 / 1000.0)),
+        limit: (limit_us as f64 / 1000.0).into(),
+        detail: h.is_empty().then(|| "no request was answered".into()),
+        unit: "ms".into(),
+    }
+}
+
+/// The slowest restart; none is a pass (nothing restarted slowly).
+fn restart_time(r: &RestartTimeCheck, restarts: &[Restart]) -> CheckResult {
+    let limit = r.max.0.as_millis() as u64;
+    let slowest = restarts.iter().map(|r| r.ready_after_ms).max();
+    CheckResult {
+        name: "restart_time".into(),
+        verdict: verdict_of(slowest.is_none_or(|m| m <= limit), r.severity),
+        value: opt(slowest),
+        limit: limit.into(),
+        detail: slowest.is_none().then(|| "no restart".into()),
+        unit: "ms".into(),
+    }
+}
+
+fn exec(n: usize, e: &ExecResult) -> Vec<CheckResult> {
+    let mut out = vec![CheckResult {
+        name: format!("exec[{n}] {}", e.command),
+        verdict: verdict_of(e.code == Some(e.expected), Severity::Fail),
+        value: opt(e.code),
+        limit: e.expected.into(),
+        detail: None,
+        unit: "exit code".into(),
+    }];
+    if let Some(min) = e.throughput_min {
+        out.push(CheckResult {
+            name: format!("exec[{n}] throughput"),
+            verdict: verdict_of(e.throughput.is_some_and(|v| v >= min), Severity::Fail),
+            value: opt(e.throughput),
+            limit: min.into(),
+            detail: e
+                .unmatched
+                .as_ref()
+                .map(|re| format!("`{re}` matched nothing in {}", e.log)),
+            unit: "ops/s".into(),
+        });
+    }
+    out
+}

@@ -1,0 +1,410 @@
+//! A cell's event stream: what happened, typed, in the order it happened.
+//! The engine emits [`Event`]s onto a [`Bus`]; the bus stamps them and fans
+//! them out to its sinks: the console, `events.jsonl` (one JSON object per
+//! line, tagged by `kind`), the live progress, and the [`Recorder`] that
+//! folds them into the cell's records. Nothing in the engine prints.
+//!
+//! [`Recorder`]: super::record::Recorder
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::record::Recorder;
+use crate::model::{
+    Action, Cause, ExecResult, Integrity, LoadSummary, LostWrite, OfflineRecord, Oracle,
+    UpgradeRecord, Verdict,
+};
+use crate::units::human_duration;
+
+/// One thing that happened to a cell.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Event {
+    /// The cell begins: its seed, allocator and cgroup.
+    Cell {
+        seed: u64,
+        allocator: Option<String>,
+        cgroup: Option<String>,
+    },
+    /// The allocator was proven loaded in the node's process.
+    Allocator {
+        text: String,
+    },
+    /// The node is ready: after its first start (`cause` none), or a
+    /// restart after `cause`, which took it down at `down_at_s`.
+    Ready {
+        pid: i32,
+        after_ms: u64,
+        cause: Option<Cause>,
+        down_at_s: f64,
+        /// How the incarnation before ended.
+        exit: String,
+        version: Option<String>,
+    },
+    /// The node died without soak causing it.
+    Died {
+        cause: Cause,
+        exit: String,
+    },
+    /// soak killed the node.
+    Killed {
+        signal: String,
+        exit: String,
+    },
+    /// soak stopped the node gracefully.
+    Stopped {
+        why: String,
+        exit: String,
+    },
+    Paused {
+        for_s: f64,
+    },
+    Resumed,
+    PhaseStarted {
+        phase: String,
+    },
+    PhaseFinished {
+        phase: String,
+        start_s: f64,
+        outcome: String,
+        ok: bool,
+        load: Option<LoadSummary>,
+        disk_bytes: Option<u64>,
+    },
+    /// A `load` phase wrote every key.
+    Loaded {
+        keys: u64,
+        took_s: f64,
+    },
+    Repeat {
+        round: u64,
+        times: u64,
+    },
+    ChaosPlanned {
+        seed: u64,
+        actions: usize,
+    },
+    ChaosAction {
+        seed: u64,
+        at_s: f64,
+        action: Action,
+    },
+    ExecStarted {
+        command: String,
+    },
+    ExecFinished {
+        text: String,
+        result: ExecResult,
+    },
+    Swap {
+        swap: String,
+        from: String,
+        to: String,
+    },
+    Refused {
+        to: String,
+        reason: String,
+    },
+    Swapped {
+        record: Box<UpgradeRecord>,
+    },
+    Limit {
+        bytes: u64,
+        text: String,
+    },
+    VerifyStarted {
+        what: String,
+    },
+    /// Keys read back so far (shown live, not written to events.jsonl).
+    VerifyProgress {
+        done: usize,
+        all: usize,
+    },
+    /// A read-back found this: after restart `restart` (the read-back after
+    /// an unclean restart), or for a `verify` phase (`restart` none).
+    ReadBack {
+        oracle: Oracle,
+        restart: Option<usize>,
+        integrity: Integrity,
+        first_lost: Option<LostWrite>,
+        took_s: f64,
+    },
+    /// Reads during the load found these since the last restart began.
+    ReadsFound {
+        integrity: Integrity,
+        first_lost: Option<LostWrite>,
+    },
+    /// A read-back failed because the node died under it; it is restarted
+    /// and read back again.
+    ReadBackRetry {
+        error: String,
+    },
+    OfflineVerified {
+        text: String,
+        record: Box<OfflineRecord>,
+    },
+    Corruption {
+        text: String,
+    },
+    Notice {
+        what: String,
+        text: String,
+    },
+    Error {
+        text: String,
+    },
+    Verdict {
+        verdict: Verdict,
+    },
+}
+
+impl Event {
+    /// Whether it belongs in `events.jsonl` (progress does not).
+    pub fn durable(&self) -> bool {
+        !matches!(self, Event::VerifyProgress { .. })
+    }
+
+    /// The word a reader sees first.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::Cell { .. } => "cell",
+            Event::Allocator { .. } => "allocator",
+            Event::Ready { .. } => "ready",
+            Event::Died { cause, .. } if *cause == Cause::Oom => "oom-killed",
+            Event::Died { .. } => "crashed",
+            Event::Killed { .. } => "killed",
+            Event::Stopped { .. } => "stopped",
+            Event::Paused { .. } => "paused",
+            Event::Resumed => "resumed",
+            Event::PhaseStarted { .. } => "phase",
+            Event::PhaseFinished { .. } => "phase-done",
+            Event::Loaded { .. } => "loaded",
+            Event::Repeat { .. } => "repeat",
+            Event::ChaosPlanned { .. } => "chaos",
+            Event::ChaosAction { .. } => "chaos-action",
+            Event::ExecStarted { .. } => "exec",
+            Event::ExecFinished { .. } => "exec-done",
+            Event::Swap { .. } => "swap",
+            Event::Refused { .. } => "refused",
+            Event::Swapped { .. } => "swapped",
+            Event::Limit { .. } => "limit",
+            Event::VerifyStarted { .. } => "verify",
+            Event::VerifyProgress { .. } => "verify",
+            Event::ReadBack {
+                restart: Some(_), ..
+            } => "read-back",
+            Event::ReadBack { .. } => "verified",
+            Event::ReadsFound { .. } => "lost",
+            Event::ReadBackRetry { .. } => "read-back",
+            Event::OfflineVerified { .. } => "verified",
+            Event::Corruption { .. } => "corruption",
+            Event::Notice { .. } => "notice",
+            Event::Error { .. } => "error",
+            Event::Verdict { .. } => "verdict",
+        }
+    }
+
+    /// The rest of the console line.
+    pub fn text(&self) -> String {
+        match self {
+            Event::Cell {
+                seed,
+                allocator,
+                cgroup,
+            } => format!(
+                "seed {seed}, allocator {}, cgroup {}",
+                allocator.as_deref().unwrap_or("as linked"),
+                cgroup.as_deref().unwrap_or("none")
+            ),
+            Event::Allocator { text }
+            | Event::Limit { text, .. }
+            | Event::Corruption { text }
+            | Event::Error { text }
+            | Event::OfflineVerified { text, .. }
+            | Event::ExecFinished { text, .. } => text.clone(),
+            Event::Notice { what, text } => format!("{what}: {text}"),
+            Event::Ready {
+                pid,
+                after_ms,
+                cause,
+                version,
+                ..
+            } => {
+                let why = match (cause, version) {
+                    (Some(Cause::Upgrade | Cause::Downgrade), Some(v)) => format!(" ({v})"),
+                    (Some(c), _) => format!(" (restart after {})", c.said()),
+                    (None, _) => String::new(),
+                };
+                format!("pid {pid} after {after_ms} ms{why}")
+            }
+            Event::Died { exit, .. } => exit.clone(),
+            Event::Killed { signal, exit } => format!("{signal} ({exit})"),
+            Event::Stopped { why, exit } if why.is_empty() => exit.clone(),
+            Event::Stopped { why, exit } => format!("{why}, {exit}"),
+            Event::Paused { for_s } => format!(
+                "SIGSTOP for {}",
+                human_duration(Duration::from_secs_f64(*for_s))
+            ),
+            Event::Resumed => "SIGCONT".into(),
+            Event::PhaseStarted { phase } => phase.clone(),
+            Event::PhaseFinished { phase, outcome, .. } => format!("{phase}: {outcome}"),
+            Event::Loaded { keys, took_s } => format!(
+                "{keys} keys written in {took_s:.1} s ({:.0} keys/s)",
+                *keys as f64 / took_s.max(1e-9)
+            ),
+            Event::Repeat { round, times } => format!("{round}/{times}"),
+            Event::ChaosPlanned { seed, actions } => {
+                format!("seed {seed}: {actions} actions planned")
+            }
+            Event::ChaosAction { action, at_s, .. } => format!("{action:?} at +{at_s:.3}s"),
+            Event::ExecStarted { command } => command.clone(),
+            Event::Swap { from, to, .. } => format!("{from} -> {to}"),
+            Event::Refused { to, reason } => format!("{to} would not start: {reason}"),
+            Event::Swapped { record } => format!(
+                "{} {} -> {}: {:?}",
+                record.kind.as_str(),
+                record.from,
+                record.to,
+                record.outcome
+            ),
+            Event::VerifyStarted { what } => what.clone(),
+            Event::VerifyProgress { done, all } => format!("{done}/{all} keys"),
+            Event::ReadBack {
+                restart: Some(n),
+                integrity,
+                took_s,
+                first_lost,
+                ..
+            } => format!(
+                "restart {n}: {integrity}, in {took_s:.1} s of read-back{}",
+                first(first_lost)
+            ),
+            Event::ReadBack {
+                integrity,
+                first_lost,
+                ..
+            } => format!("{integrity}{}", first(first_lost)),
+            Event::ReadsFound {
+                integrity,
+                first_lost,
+            } => format!(
+                "reads during the load: {} lost, {} corrupted, {} resurrected{}",
+                integrity.lost,
+                integrity.corrupted,
+                integrity.resurrected,
+                first(first_lost)
+            ),
+            Event::ReadBackRetry { error } => format!(
+                "the node died during the read-back ({error}); reading back again after its restart"
+            ),
+            Event::Verdict { verdict } => verdict.as_str().into(),
+        }
+    }
+}
+
+fn first(f: &Option<LostWrite>) -> String {
+    f.as_ref()
+        .map(|f| format!("; first lost {f}"))
+        .unwrap_or_default()
+}
+
+/// Where events go besides the recorder.
+pub trait Sink: Send {
+    /// `t`: seconds since the cell started.
+    fn event(&mut self, cell: &str, t: f64, e: &Event);
+}
+
+/// `events.jsonl`: `{"t":1.2,"cell":"default","kind":"ready",...}`, each
+/// event's fields beside a `detail` with the console's words.
+pub struct Jsonl {
+    file: std::io::BufWriter<std::fs::File>,
+}
+
+impl Jsonl {
+    pub fn create(path: &Path) -> std::io::Result<Jsonl> {
+        Ok(Jsonl {
+            file: std::io::BufWriter::new(std::fs::File::create(path)?),
+        })
+    }
+}
+
+#[derive(Serialize)]
+struct Line<'a> {
+    t: f64,
+    cell: &'a str,
+    #[serde(flatten)]
+    event: &'a Event,
+    detail: String,
+}
+
+impl Sink for Jsonl {
+    fn event(&mut self, cell: &str, t: f64, e: &Event) {
+        if !e.durable() {
+            return;
+        }
+        let line = Line {
+            t: (t * 1000.0).round() / 1000.0,
+            cell,
+            event: e,
+            detail: e.text(),
+        };
+        if let Ok(text) = serde_json::to_string(&line) {
+            let _ = writeln!(self.file, "{text}");
+            // Written through at once: a crash of soak keeps what it saw.
+            let _ = self.file.flush();
+        }
+    }
+}
+
+/// The cell's event bus: stamps each event with the cell's time and hands
+/// it to the recorder and every sink.
+pub struct Bus {
+    cell: String,
+    origin: Instant,
+    pub recorder: Recorder,
+    sinks: Vec<Box<dyn Sink>>,
+}
+
+impl Bus {
+    pub fn new(cell: &str, origin: Instant) -> Bus {
+        Bus {
+            cell: cell.to_string(),
+            origin,
+            recorder: Recorder::default(),
+            sinks: vec![],
+        }
+    }
+
+    pub fn with(mut self, sink: impl Sink + 'static) -> Bus {
+        self.sinks.push(Box::new(sink));
+        self
+    }
+
+    /// Seconds since the cell started.
+    pub fn t(&self) -> f64 {
+        self.origin.elapsed().as_secs_f64()
+    }
+
+    pub fn emit(&mut self, e: Event) {
+        let t = self.t();
+        self.recorder.record(t, &e);
+        for s in &mut self.sinks {
+            s.event(&self.cell, t, &e);
+        }
+    }
+
+    pub fn error(&mut self, text: impl Into<String>) {
+        self.emit(Event::Error { text: text.into() });
+    }
+
+    pub fn notice(&mut self, what: &str, text: impl Into<String>) {
+        self.emit(Event::Notice {
+            what: what.into(),
+            text: text.into(),
+        });
+    }
+}

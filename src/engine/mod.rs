@@ -1,0 +1,939 @@
+//! The phase engine: runs a cell's phases against its node, watches for
+//! deaths soak did not cause (OOM kills, crashes) through the node's exit
+//! future and restarts the node after them as a supervisor would, and says
+//! what happened as typed events ([`event`]), which the recorder folds into
+//! the cell's records ([`record`]). It drives any [`Node`]; it never prints.
+
+pub mod checks;
+pub mod event;
+pub mod record;
+pub mod schedule;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::driver::{Death, DriverError, Launch, Node};
+use crate::model::{Cause, ExecResult, Integrity, Oracle, Swap, SwapOutcome, UpgradeRecord};
+use crate::suite::{template, Action, ChaosSpec, ExecSpec, Phase};
+use crate::telemetry::Target;
+use crate::units::human_duration;
+use crate::verify::{self, VerifyError};
+use crate::workload::Engine as Load;
+use event::{Bus, Event};
+
+pub use crate::suite::BASE_VERSION;
+
+/// Restarts after unexpected deaths allowed in one cell before it errors.
+pub const MAX_UNEXPECTED_RESTARTS: usize = 50;
+
+/// How long a failed read-back waits for the node's death to show before
+/// it counts as the read-back's own failure.
+const DEATH_SHOWS_WITHIN: Duration = Duration::from_secs(2);
+
+/// Why a cell stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum CellError {
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    #[error(transparent)]
+    Verify(#[from] VerifyError),
+    #[error("{}", crate::model::INTERRUPTED)]
+    Interrupted,
+    #[error("the node died {0} times without soak causing it; giving up")]
+    CrashLoop(usize),
+    #[error("{0}")]
+    Setup(String),
+}
+
+impl CellError {
+    /// A node that never got going: the environment's failure (exit 3).
+    pub fn never_started(&self) -> bool {
+        matches!(
+            self,
+            CellError::Driver(
+                DriverError::NeverReady { .. }
+                    | DriverError::ExitedBeforeReady { .. }
+                    | DriverError::Spawn { .. }
+                    | DriverError::Cgroup(_)
+            )
+        )
+    }
+}
+
+/// What the phases need besides the node: the cell's folder, its template
+/// variables, the seed and the duration scale.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub dir: PathBuf,
+    pub vars: BTreeMap<String, String>,
+    pub run_id: String,
+    pub seed: u64,
+    pub scale: f64,
+    /// Each version's argv and environment, rendered; `node` is the base.
+    pub versions: BTreeMap<String, Launch>,
+    /// Read every key back after an unclean restart, before the load
+    /// writes again (`workload.readback_after_restart`, default on).
+    pub readback_after_restart: bool,
+}
+
+/// Why the node is down, when soak took it down or saw it die.
+#[derive(Debug, Clone)]
+struct Down {
+    cause: Cause,
+    at_s: f64,
+    exit: String,
+}
+
+/// The phase engine of one cell.
+pub struct Cell<'a, N: Node> {
+    pub node: &'a mut N,
+    pub load: Option<&'a mut Load>,
+    pub target: Target,
+    pub bus: &'a mut Bus,
+    pub verify_target: String,
+    pub interrupt: watch::Receiver<bool>,
+    pub ctx: Context,
+    /// The version the node runs (or ran last).
+    pub version: String,
+    down: Option<Down>,
+    /// What reads during the load had found when the last restart began.
+    reads_mark: Integrity,
+    phase_counter: u64,
+    /// When the ledger was last saved, and how often to save it.
+    saved_at: Instant,
+    save_every: Duration,
+}
+
+impl<'a, N: Node> Cell<'a, N> {
+    pub fn new(
+        node: &'a mut N,
+        load: Option<&'a mut Load>,
+        target: Target,
+        bus: &'a mut Bus,
+        verify_target: String,
+        interrupt: watch::Receiver<bool>,
+        ctx: Context,
+    ) -> Cell<'a, N> {
+        Cell {
+            node,
+            load,
+            target,
+            bus,
+            verify_target,
+            interrupt,
+            ctx,
+            version: BASE_VERSION.into(),
+            down: None,
+            reads_mark: Integrity::default(),
+            phase_counter: 0,
+            saved_at: Instant::now(),
+            save_every: Duration::from_secs(2),
+        }
+    }
+
+    fn set_up(&mut self, up: bool) {
+        let pid = if up { self.node.pid().unwrap_or(0) } else { 0 };
+        self.target.pid.store(pid, Relaxed);
+        if let Some(l) = self.load.as_deref() {
+            l.set_node_up(up);
+        }
+    }
+
+    fn restarts(&self) -> usize {
+        self.bus.recorder.restarts.len()
+    }
+
+    /// Saves the ledger to `ledger.bin` in the cell's folder (off the
+    /// runtime's threads). Saved every few seconds, so that `soak verify`
+    /// can judge the node's data should soak itself die; at most a
+    /// twentieth of the time goes to saving, however large the ledger.
+    async fn save_ledger(&mut self, complete: bool) {
+        let Some(l) = self.load.as_deref() else {
+            return;
+        };
+        let ledger = l.ledger.clone();
+        let path = self.ctx.dir.join("ledger.bin");
+        let began = Instant::now();
+        let saved = tokio::task::spawn_blocking(move || ledger.save(&path, complete)).await;
+        self.saved_at = Instant::now();
+        self.save_every = (began.elapsed() * 20).max(Duration::from_secs(2));
+        if let Ok(Err(err)) = saved {
+            self.bus.error(format!("cannot save the ledger: {err}"));
+        }
+    }
+
+    /// The first start, before the phases.
+    pub async fn first_start(&mut self) -> Result<(), CellError> {
+        let ready = self.node.start().await?;
+        self.set_up(true);
+        self.bus.emit(Event::Ready {
+            pid: self.node.pid().unwrap_or(0),
+            after_ms: ready.as_millis() as u64,
+            cause: None,
+            down_at_s: 0.0,
+            exit: String::new(),
+            version: None,
+        });
+        Ok(())
+    }
+
+    /// Starts the node again after it went down, and records the restart.
+    /// After an unclean death (a kill, a chaos action, an OOM kill, a
+    /// crash) the load is held and every key read back before it writes
+    /// again, so that each death's losses are counted against it (unless
+    /// the suite says `readback_after_restart: false`). A node that dies
+    /// under that read-back is restarted and read back again.
+    async fn start(&mut self) -> Result<u64, CellError> {
+        let mut resume = false;
+        loop {
+            let down = self.down.take().unwrap_or(Down {
+                cause: Cause::Stop,
+                at_s: self.bus.t(),
+                exit: "stopped".into(),
+            });
+            let read_back =
+                down.cause.unclean() && self.ctx.readback_after_restart && self.load.is_some();
+            if read_back && self.load.as_deref().is_some_and(|l| l.is_running()) {
+                resume = true;
+                self.pause_load().await;
+            }
+            // What reads during the load found since the last restart is
+            // that restart's.
+            self.close_reads_window();
+            self.target.segment.fetch_add(1, Relaxed);
+            let ready = self.node.start().await?;
+            self.set_up(true);
+            let after_ms = ready.as_millis() as u64;
+            self.bus.emit(Event::Ready {
+                pid: self.node.pid().unwrap_or(0),
+                after_ms,
+                cause: Some(down.cause),
+                down_at_s: down.at_s,
+                exit: down.exit,
+                version: None,
+            });
+            if !read_back {
+                return Ok(after_ms);
+            }
+            let n = self.restarts();
+            let began = Instant::now();
+            match self.read_back_once().await {
+                Ok(found) => {
+                    self.bus.emit(Event::ReadBack {
+                        oracle: Oracle::ReadBack,
+                        restart: Some(n),
+                        integrity: found.integrity,
+                        first_lost: found.first_lost,
+                        took_s: began.elapsed().as_secs_f64(),
+                    });
+                    if resume {
+                        if let Some(l) = self.load.as_deref_mut() {
+                            l.resume();
+                        }
+                    }
+                    return Ok(after_ms);
+                }
+                Err(e) if self.died_within(DEATH_SHOWS_WITHIN).await => {
+                    self.bus.emit(Event::ReadBackRetry {
+                        error: e.to_string(),
+                    });
+                    self.note_death()?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// If the node died on its own: records why (for the restart), and
+    /// whether it did. Too many such deaths end the cell.
+    fn note_death(&mut self) -> Result<bool, CellError> {
+        let Some(exit) = self.node.exit() else {
+            return Ok(false);
+        };
+        self.set_up(false);
+        let cause = match self.node.death() {
+            Death::Oom => Cause::Oom,
+            Death::Crash => Cause::Crash,
+        };
+        let at_s = self.bus.t();
+        self.bus.emit(Event::Died {
+            cause,
+            exit: exit.to_string(),
+        });
+        let unexpected = self.bus.recorder.unexpected_deaths();
+        if unexpected >= MAX_UNEXPECTED_RESTARTS {
+            return Err(CellError::CrashLoop(unexpected));
+        }
+        self.down = Some(Down {
+            cause,
+            at_s,
+            exit: exit.to_string(),
+        });
+        Ok(true)
+    }
+
+    /// If the node died on its own: record why and start it again.
+    async fn supervise(&mut self) -> Result<(), CellError> {
+        if self.note_death()? {
+            self.start().await?;
+        }
+        Ok(())
+    }
+
+    /// Losses the reads during the load found since the last call go to
+    /// the newest restart (the death before them), or, before any
+    /// restart, to the cell alone.
+    fn close_reads_window(&mut self) {
+        let Some(load) = self.load.as_deref() else {
+            return;
+        };
+        let stats = load.stats();
+        let now = Integrity {
+            lost: stats.lost_reads,
+            corrupted: stats.corrupted_reads,
+            resurrected: stats.resurrected_reads,
+            ..Integrity::default()
+        };
+        let since = Integrity {
+            lost: now.lost - self.reads_mark.lost,
+            corrupted: now.corrupted - self.reads_mark.corrupted,
+            resurrected: now.resurrected - self.reads_mark.resurrected,
+            ..Integrity::default()
+        };
+        self.reads_mark = now;
+        let first_lost = load.take_first_lost();
+        if since.harmed() > 0 {
+            self.bus.emit(Event::ReadsFound {
+                integrity: since,
+                first_lost,
+            });
+        }
+    }
+
+    /// Whether the node has exited, or does within `d`.
+    async fn died_within(&mut self, d: Duration) -> bool {
+        if self.node.exit().is_some() {
+            return true;
+        }
+        tokio::time::timeout(d, self.node.exited()).await.is_ok()
+    }
+
+    /// Waits `d` while supervising the node: a death is seen the moment the
+    /// node's exit future resolves, and the node restarted. Stops early on
+    /// an interrupt.
+    async fn hold(&mut self, d: Duration) -> Result<(), CellError> {
+        let end = Instant::now() + d;
+        loop {
+            if *self.interrupt.borrow() {
+                return Err(CellError::Interrupted);
+            }
+            self.supervise().await?;
+            if self.saved_at.elapsed() >= self.save_every {
+                self.save_ledger(false).await;
+            }
+            let now = Instant::now();
+            if now >= end {
+                return Ok(());
+            }
+            let save_at = (self.load.is_some()).then(|| self.saved_at + self.save_every);
+            let wake = save_at.map_or(end, |s| s.min(end));
+            let exited = self.node.exited();
+            let mut int = self.interrupt.clone();
+            tokio::select! {
+                _ = tokio::time::sleep_until(wake) => {}
+                _ = exited => {}
+                _ = int.changed() => {}
+            }
+        }
+    }
+
+    async fn pause_load(&mut self) {
+        if let Some(l) = self.load.as_deref_mut() {
+            l.pause().await;
+        }
+    }
+
+    /// `cause`: what asked for it, for the restart (`kill`, `chaos`).
+    async fn kill(&mut self, sig: Signal, cause: Cause) -> Result<String, CellError> {
+        self.supervise().await?;
+        let at_s = self.bus.t();
+        let exit = self.node.kill(sig).await?;
+        self.set_up(false);
+        self.bus.emit(Event::Killed {
+            signal: sig.as_str().into(),
+            exit: exit.to_string(),
+        });
+        self.down = Some(Down {
+            cause,
+            at_s,
+            exit: format!("{} from soak", sig.as_str()),
+        });
+        Ok(format!("killed: {exit}"))
+    }
+
+    /// `cause`: what asked for it, for the restart (`stop`, `chaos`).
+    async fn stop(&mut self, cause: Cause) -> Result<String, CellError> {
+        self.supervise().await?;
+        let at_s = self.bus.t();
+        let exit = self.node.stop().await?;
+        self.set_up(false);
+        self.bus.emit(Event::Stopped {
+            why: String::new(),
+            exit: exit.to_string(),
+        });
+        self.down = Some(Down {
+            cause,
+            at_s,
+            exit: format!("graceful stop, {exit}"),
+        });
+        Ok(format!("stopped: {exit}"))
+    }
+
+    /// Frozen for `d`, then thawed, whatever happens in between.
+    async fn pause_node(&mut self, d: Duration) -> Result<String, CellError> {
+        self.supervise().await?;
+        self.node.pause()?;
+        self.bus.emit(Event::Paused {
+            for_s: d.as_secs_f64(),
+        });
+        let held = self.hold(d).await;
+        let _ = self.node.resume();
+        self.bus.emit(Event::Resumed);
+        held?;
+        Ok("paused and resumed".into())
+    }
+
+    /// Pauses the load and reads back every key the ledger knows; what was
+    /// found goes to the cell and the newest restart (`None` without a
+    /// workload). A node that dies under the read-back (an OOM kill while
+    /// its caches fill) is restarted as during load, and read back again
+    /// from the start; the restart is counted.
+    async fn read_back(&mut self) -> Result<Option<Integrity>, CellError> {
+        self.pause_load().await;
+        self.supervise().await?;
+        if self.load.is_none() {
+            return Ok(None);
+        }
+        self.bus.emit(Event::VerifyStarted {
+            what: "reading back every key the ledger knows".into(),
+        });
+        let began = Instant::now();
+        let found = loop {
+            match self.read_back_once().await {
+                Ok(found) => break found,
+                Err(e) if self.died_within(DEATH_SHOWS_WITHIN).await => {
+                    self.bus.emit(Event::ReadBackRetry {
+                        error: e.to_string(),
+                    });
+                    self.supervise().await?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        self.bus.emit(Event::ReadBack {
+            oracle: Oracle::Verify,
+            restart: None,
+            integrity: found.integrity,
+            first_lost: found.first_lost,
+            took_s: began.elapsed().as_secs_f64(),
+        });
+        Ok(Some(found.integrity))
+    }
+
+    /// One pass over every key the ledger knows, through the node, with
+    /// the load paused; a node that dies under it is the caller's to handle.
+    async fn read_back_once(&mut self) -> Result<verify::ReadBack, VerifyError> {
+        let load = self.load.as_deref().expect("a workload to read back");
+        let bus = &mut *self.bus;
+        let mut last = Instant::now();
+        verify::online(
+            &self.verify_target,
+            &load.ledger,
+            load.cfg.timeout,
+            |done, all| {
+                if done < all && last.elapsed() >= Duration::from_secs(1) {
+                    last = Instant::now();
+                    bus.emit(Event::VerifyProgress { done, all });
+                }
+            },
+        )
+        .await
+    }
+
+    async fn exec(&mut self, e: &ExecSpec) -> Result<String, CellError> {
+        let argv = e
+            .command
+            .iter()
+            .map(|a| template::render(a, &self.ctx.vars))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(CellError::Setup)?;
+        let n = self.bus.recorder.execs.len() + 1;
+        let log_name = format!("exec-{n}.log");
+        let log = std::fs::File::create(self.ctx.dir.join(&log_name))
+            .map_err(|e| CellError::Setup(format!("cannot create {log_name}: {e}")))?;
+        let out = log
+            .try_clone()
+            .map_err(|e| CellError::Setup(e.to_string()))?;
+        let shown = argv.join(" ");
+        self.bus.emit(Event::ExecStarted {
+            command: shown.clone(),
+        });
+        let mut cmd = tokio::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .env("SOAK_RUN_ID", &self.ctx.run_id)
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(log)
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = cmd
+            .spawn()
+            .map_err(|err| CellError::Setup(format!("exec `{}`: {err}", argv[0])))?;
+        let began = Instant::now();
+        let code = match tokio::time::timeout(e.timeout, child.wait()).await {
+            Ok(Ok(st)) => st.code(),
+            _ => {
+                if let Some(pid) = child.id() {
+                    let _ = nix::sys::signal::killpg(
+                        nix::unistd::Pid::from_raw(pid as i32),
+                        Signal::SIGKILL,
+                    );
+                }
+                let _ = child.wait().await;
+                None
+            }
+        };
+        let took_s = began.elapsed().as_secs_f64();
+        // The figure, read from what the command wrote (stdout and stderr).
+        let (throughput, unmatched) = match &e.throughput {
+            Some(t) => {
+                let output = std::fs::read(self.ctx.dir.join(&log_name)).unwrap_or_default();
+                match t.read(&String::from_utf8_lossy(&output)) {
+                    Some(v) => (Some(v), None),
+                    None => (None, Some(t.regex.clone())),
+                }
+            }
+            None => (None, None),
+        };
+        let mut text = match code {
+            Some(c) if c == e.expect => format!("exit code {c} as expected"),
+            Some(c) => format!("exit code {c}, expected {}; see {log_name}", e.expect),
+            None => format!(
+                "timed out after {} or died by a signal; see {log_name}",
+                human_duration(e.timeout)
+            ),
+        };
+        if let Some(v) = throughput {
+            text = format!("{text}; {v:.0} ops/s");
+        }
+        if let Some(re) = &unmatched {
+            text = format!("{text}; the regex `{re}` matched nothing in {log_name}");
+        }
+        self.bus.emit(Event::ExecFinished {
+            text: text.clone(),
+            result: ExecResult {
+                command: shown,
+                expected: e.expect,
+                code,
+                log: log_name,
+                took_s,
+                throughput,
+                throughput_min: e.throughput.as_ref().and_then(|t| t.min),
+                unmatched,
+            },
+        });
+        Ok(text)
+    }
+
+    /// The data directory inspected offline (see `verify::offline`), when
+    /// it holds a RocksDB database; `running`: statistics only, no
+    /// checksum verification under a live node's compactions.
+    #[cfg(feature = "node")]
+    async fn inspect(&mut self, running: bool) -> Option<crate::model::Inspection> {
+        let dir = self.target.data_dir.clone()?;
+        if !dir.join("CURRENT").exists() {
+            return None;
+        }
+        let r = tokio::task::spawn_blocking(move || {
+            crate::verify::offline::inspect_with(&dir, None, !running)
+        })
+        .await
+        .ok()?;
+        match r {
+            Ok(i) => Some(i),
+            Err(e) => {
+                self.bus.notice("inspect", e);
+                None
+            }
+        }
+    }
+
+    #[cfg(not(feature = "node"))]
+    async fn inspect(&mut self, _running: bool) -> Option<crate::model::Inspection> {
+        None
+    }
+
+    /// `verify: offline`: the node is stopped; its data directory is read
+    /// with soak's RocksDB and judged against the ledger.
+    #[cfg(feature = "node")]
+    async fn verify_offline(&mut self) -> Result<String, CellError> {
+        self.pause_load().await;
+        let dir = self
+            .target
+            .data_dir
+            .clone()
+            .ok_or_else(|| CellError::Setup("no data directory".into()))?;
+        let ledger = self.load.as_deref().map(|l| l.ledger.clone());
+        self.bus.emit(Event::VerifyStarted {
+            what: "offline: reading the data directory with RocksDB".into(),
+        });
+        let at_s = self.bus.t();
+        let inspection = tokio::task::spawn_blocking(move || {
+            crate::verify::offline::inspect(&dir, ledger.as_deref())
+        })
+        .await
+        .map_err(|e| CellError::Setup(e.to_string()))?
+        .map_err(CellError::Setup)?;
+        let mut found = inspection.integrity.unwrap_or_default();
+        if let Some(c) = &inspection.corruption {
+            self.bus.emit(Event::Corruption { text: c.clone() });
+            found.corrupted += 1;
+        }
+        let compression: Vec<String> = inspection
+            .compression
+            .iter()
+            .map(|(c, g)| format!("{c} {} in {} files", crate::units::Bytes(g.bytes), g.files))
+            .collect();
+        let text = format!(
+            "{} as expected, {} lost, {} corrupted, {} in doubt; {}; SSTs {}",
+            found.verified,
+            found.lost,
+            found.corrupted,
+            found.in_doubt,
+            inspection
+                .corruption
+                .as_deref()
+                .unwrap_or("checksums verified"),
+            if compression.is_empty() {
+                "none".to_string()
+            } else {
+                compression.join(", ")
+            }
+        );
+        self.bus.emit(Event::OfflineVerified {
+            text: text.clone(),
+            record: Box::new(crate::model::OfflineRecord { at_s, inspection }),
+        });
+        Ok(text)
+    }
+
+    /// Points the node at a version, and rewrites `node.json` so that
+    /// `soak verify` starts this version.
+    fn use_version(&mut self, name: &str) -> Result<(), CellError> {
+        let launch = self
+            .ctx
+            .versions
+            .get(name)
+            .cloned()
+            .ok_or_else(|| CellError::Setup(format!("no version `{name}`")))?;
+        self.node.use_version(&launch);
+        self.version = name.to_string();
+        let path = self.ctx.dir.join("node.json");
+        if let Ok(mut saved) = crate::verify::saved::SavedNode::read(&path) {
+            saved.argv = launch.argv;
+            saved.env = launch.env;
+            let _ = saved.write(&path);
+        }
+        Ok(())
+    }
+
+    /// `upgrade` / `downgrade`: the load paused, a graceful stop, the swap,
+    /// a start, and a read-back through the new version. A downgrade the
+    /// old version refuses (it exits or never gets ready) is recorded with
+    /// its reason and rolled forward again; a refused upgrade is an error.
+    async fn swap_version(&mut self, to: &str, kind: Swap) -> Result<String, CellError> {
+        self.pause_load().await;
+        self.supervise().await?;
+        let from = self.version.clone();
+        let at_s = self.bus.t();
+        if self.node.running() {
+            let exit = self.node.stop().await?;
+            self.set_up(false);
+            self.bus.emit(Event::Stopped {
+                why: format!("for the {} to {to}", kind.as_str()),
+                exit: exit.to_string(),
+            });
+        }
+        self.use_version(to)?;
+        self.bus.emit(Event::Swap {
+            swap: kind.as_str().into(),
+            from: from.clone(),
+            to: to.to_string(),
+        });
+        self.target.segment.fetch_add(1, Relaxed);
+        let mut record = UpgradeRecord {
+            kind,
+            from: from.clone(),
+            to: to.to_string(),
+            at_s,
+            outcome: SwapOutcome::Verified,
+            reason: None,
+            ready_after_ms: None,
+            integrity: None,
+            before: self.inspect(false).await,
+            after: None,
+            options_changed: vec![],
+        };
+        let (ready, exit, version) = match self.node.start().await {
+            Ok(ready) => {
+                record.ready_after_ms = Some(ready.as_millis() as u64);
+                (ready, format!("{} from {from}", kind.as_str()), to)
+            }
+            Err(e) if kind == Swap::Downgrade => {
+                let reason = e.to_string();
+                self.bus.emit(Event::Refused {
+                    to: to.to_string(),
+                    reason: reason.clone(),
+                });
+                record.outcome = SwapOutcome::Refused;
+                record.reason = Some(reason);
+                self.use_version(&from)?;
+                let ready = self.node.start().await?;
+                (ready, format!("{to} refused; {from} started again"), &*from)
+            }
+            Err(e) => return Err(e.into()),
+        };
+        self.set_up(true);
+        self.bus.emit(Event::Ready {
+            pid: self.node.pid().unwrap_or(0),
+            after_ms: ready.as_millis() as u64,
+            cause: Some(kind.cause()),
+            down_at_s: at_s,
+            exit,
+            version: Some(version.to_string()),
+        });
+        let read = self.read_back().await;
+        record.integrity = read.as_ref().ok().copied().flatten();
+        let text = read.map(|found| found.map(|f| f.to_string()).unwrap_or_default());
+        record.after = self.inspect(true).await;
+        #[cfg(feature = "node")]
+        if let (Some(b), Some(a)) = (&record.before, &record.after) {
+            record.options_changed = crate::verify::offline::options_diff(&b.options, &a.options)
+                .into_iter()
+                .filter(|(k, _, _)| !k.starts_with("Version.options_file_version"))
+                .collect();
+        }
+        let outcome = match record.outcome {
+            SwapOutcome::Refused => format!(
+                "{to} refused to start ({}); {from} runs again; {}",
+                record.reason.as_deref().unwrap_or(""),
+                text.as_deref().unwrap_or("")
+            ),
+            SwapOutcome::Verified => format!("{from} -> {to}; {}", text.as_deref().unwrap_or("")),
+        };
+        self.bus.emit(Event::Swapped {
+            record: Box::new(record),
+        });
+        text?;
+        Ok(outcome)
+    }
+
+    async fn chaos(&mut self, c: &ChaosSpec) -> Result<String, CellError> {
+        let seed = c
+            .seed
+            .unwrap_or_else(|| crate::units::mix64(self.ctx.seed ^ self.phase_counter));
+        let plan = schedule::plan(c, seed, self.ctx.scale);
+        self.bus.emit(Event::ChaosPlanned {
+            seed,
+            actions: plan.len(),
+        });
+        if let Some(l) = self.load.as_deref_mut() {
+            l.resume();
+        }
+        let start = Instant::now();
+        for p in &plan {
+            let now = start.elapsed();
+            if p.at > now {
+                self.hold(p.at - now).await?;
+            }
+            self.bus.emit(Event::ChaosAction {
+                seed,
+                at_s: p.at.as_secs_f64(),
+                action: p.action,
+            });
+            match p.action {
+                Action::Kill => {
+                    self.kill(c.signal.0, Cause::Chaos).await?;
+                    self.start().await?;
+                }
+                Action::Pause => {
+                    self.pause_node(c.pause.mul_f64(self.ctx.scale)).await?;
+                }
+                Action::Restart => {
+                    self.stop(Cause::Chaos).await?;
+                    self.start().await?;
+                }
+            }
+        }
+        let during = c.during.mul_f64(self.ctx.scale);
+        let now = start.elapsed();
+        if during > now {
+            self.hold(during - now).await?;
+        }
+        Ok(format!("seed {seed}, {} actions", plan.len()))
+    }
+
+    async fn limit(&mut self, bytes: u64) -> Result<String, CellError> {
+        let read = self
+            .node
+            .set_memory_limit(bytes)
+            .map_err(|e| CellError::Setup(e.to_string()))?;
+        let text = format!("memory limit {} ({read})", crate::units::Bytes(bytes));
+        self.bus.emit(Event::Limit {
+            bytes,
+            text: text.clone(),
+        });
+        Ok(text)
+    }
+
+    async fn fill(&mut self) -> Result<String, CellError> {
+        self.supervise().await?;
+        let Some(l) = self.load.as_deref_mut() else {
+            return Ok("no workload".into());
+        };
+        l.pause().await;
+        let (keys, took) = l.fill().await;
+        let e = Event::Loaded {
+            keys,
+            took_s: took.as_secs_f64(),
+        };
+        let text = e.text();
+        self.bus.emit(e);
+        Ok(text)
+    }
+
+    pub async fn run_phase(&mut self, phase: &Phase) -> Result<String, CellError> {
+        let scale = self.ctx.scale;
+        self.phase_counter += 1;
+        match phase {
+            Phase::Load => self.fill().await,
+            Phase::Run(d) => {
+                if let Some(l) = self.load.as_deref_mut() {
+                    l.resume();
+                }
+                self.hold(d.mul_f64(scale)).await?;
+                Ok("load applied".into())
+            }
+            Phase::Wait(d) => {
+                self.pause_load().await;
+                self.hold(d.mul_f64(scale)).await?;
+                Ok("waited".into())
+            }
+            Phase::Kill(sig) => self.kill(sig.0, Cause::Kill).await,
+            Phase::Start => {
+                let ms = self.start().await?;
+                Ok(format!("ready after {ms} ms"))
+            }
+            Phase::Stop => {
+                self.pause_load().await;
+                self.stop(Cause::Stop).await
+            }
+            Phase::Restart => {
+                let stopped = self.stop(Cause::Restart).await?;
+                let ms = self.start().await?;
+                Ok(format!("{stopped}; ready after {ms} ms"))
+            }
+            Phase::Pause(d) => self.pause_node(d.mul_f64(scale)).await,
+            Phase::Exec(e) => self.exec(e).await,
+            Phase::Limit(size) => self.limit(size.0).await,
+            Phase::Verify => Ok(match self.read_back().await? {
+                Some(found) => found.to_string(),
+                None => "nothing to verify".into(),
+            }),
+            #[cfg(feature = "node")]
+            Phase::VerifyOffline => self.verify_offline().await,
+            #[cfg(not(feature = "node"))]
+            Phase::VerifyOffline => Err(CellError::Setup(
+                "`verify: offline` needs soak built with its `node` feature (RocksDB)".into(),
+            )),
+            Phase::Repeat { times, phases } => {
+                for i in 0..*times {
+                    self.bus.emit(Event::Repeat {
+                        round: i + 1,
+                        times: *times,
+                    });
+                    Box::pin(self.run_phases(phases)).await?;
+                }
+                Ok(format!("{times} times"))
+            }
+            Phase::Chaos(c) => self.chaos(c).await,
+            Phase::Upgrade(v) => self.swap_version(v, Swap::Upgrade).await,
+            Phase::Downgrade(v) => self.swap_version(v, Swap::Downgrade).await,
+        }
+    }
+
+    /// Runs every phase, recording each; an error ends the cell.
+    pub async fn run_phases(&mut self, phases: &[Phase]) -> Result<(), CellError> {
+        // Each phase's load is what the totals grew by from the end of the
+        // phase before: nothing counted between two phases goes missing.
+        let mut before = self.load.as_deref().map(|l| l.stats());
+        for p in phases {
+            let start_s = self.bus.t();
+            self.bus.emit(Event::PhaseStarted {
+                phase: p.to_string(),
+            });
+            let outcome = self.run_phase(p).await;
+            let after = self.load.as_deref().map(|l| l.stats());
+            let load = match (&before, &after) {
+                (Some(b), Some(a)) => {
+                    let d = a.since(b);
+                    (d.ops_ok() + d.errors + d.fill_sets > 0).then(|| d.summary())
+                }
+                _ => None,
+            };
+            before = after;
+            self.bus.emit(Event::PhaseFinished {
+                phase: p.to_string(),
+                start_s,
+                outcome: match &outcome {
+                    Ok(t) => t.clone(),
+                    Err(e) => format!("error: {e}"),
+                },
+                ok: outcome.is_ok(),
+                load,
+                disk_bytes: self
+                    .target
+                    .data_dir
+                    .as_deref()
+                    .map(crate::telemetry::disk_usage),
+            });
+            self.save_ledger(false).await;
+            outcome?;
+        }
+        Ok(())
+    }
+
+    /// After the phases: load off, the node stopped gracefully if it runs.
+    pub async fn finish(&mut self) {
+        self.pause_load().await;
+        self.close_reads_window();
+        self.save_ledger(true).await;
+        if self.node.running() {
+            if let Ok(exit) = self.node.stop().await {
+                self.bus.emit(Event::Stopped {
+                    why: "end of phases".into(),
+                    exit: exit.to_string(),
+                });
+            }
+        }
+        self.set_up(false);
+    }
+}

@@ -1,0 +1,742 @@
+//! The model of a run: what `summary.json` holds, and the records the
+//! engine builds while a cell runs. A leaf: it depends on nothing of soak's
+//! but its units, so that every layer above (the engine, the reporters,
+//! `report compare` and `merge`, the tests) reads one typed contract.
+//!
+//! `summary.json` is versioned by [`SCHEMA_VERSION`]; new fields may be
+//! added at any version (with `#[serde(default)]`, so that a summary
+//! written by an older soak still loads), and its JSON Schema is committed
+//! as `summary.schema.json` (`soak schema --summary`).
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Bumped only when a field of the contract changes meaning; new fields
+/// may be added at any version.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A verdict, ordered from best to worst: the verdict of several is the
+/// worst of them ([`Verdict::worst`]).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    #[default]
+    Pass,
+    /// A check marked `severity: warn` failed: shown, never failing.
+    Warn,
+    Fail,
+    /// The cell could not finish (the environment, an interrupt).
+    Error,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Warn => "warn",
+            Verdict::Fail => "fail",
+            Verdict::Error => "error",
+        }
+    }
+
+    /// The worst of several; `Pass` for none.
+    pub fn worst(verdicts: impl IntoIterator<Item = Verdict>) -> Verdict {
+        verdicts.into_iter().max().unwrap_or(Verdict::Pass)
+    }
+
+    /// The verdict of a whole run from its cells': a warning alone passes.
+    pub fn of_run(cells: impl IntoIterator<Item = Verdict>) -> Verdict {
+        match Verdict::worst(cells) {
+            Verdict::Warn => Verdict::Pass,
+            v => v,
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The whole run: what `summary.json` holds.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Summary {
+    pub schema_version: u32,
+    pub suite: String,
+    #[serde(default)]
+    pub description: String,
+    /// "pass", "fail" or "error" (a warning alone passes).
+    pub verdict: Verdict,
+    pub run_id: String,
+    /// The run's seed: `soak run --seed N` replays workloads and chaos.
+    pub seed: u64,
+    /// `I/N` when the run was one shard of the suite.
+    #[serde(default)]
+    pub shard: Option<String>,
+    pub started_at: String,
+    pub duration_s: f64,
+    #[serde(default)]
+    pub suite_file: String,
+    #[serde(default)]
+    pub soak_version: String,
+    /// Why the run stopped before its cells were done: `interrupted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<Stop>,
+    pub cells: Vec<CellResult>,
+    /// For a report made by `soak report merge`: the runs it joins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged: Vec<String>,
+    /// Shards (`I/N`) that no merged run covered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_shards: Vec<String>,
+}
+
+impl Summary {
+    /// Whether the run was stopped early by the user (Ctrl-C, SIGTERM).
+    pub fn interrupted(&self) -> bool {
+        self.stopped == Some(Stop::Interrupted)
+            || self
+                .cells
+                .iter()
+                .any(|c| c.error.as_deref() == Some(INTERRUPTED))
+    }
+}
+
+/// Why a run stopped early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Stop {
+    Interrupted,
+}
+
+/// The error text of a cell the user interrupted (as older soaks wrote it).
+pub const INTERRUPTED: &str = "interrupted";
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+pub struct CellResult {
+    pub id: String,
+    #[serde(default)]
+    pub params: BTreeMap<String, String>,
+    pub verdict: Verdict,
+    /// Why the cell could not finish (verdict "error").
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub checks: Vec<CheckResult>,
+    #[serde(default)]
+    pub integrity: Integrity,
+    #[serde(default)]
+    pub memory: MemorySummary,
+    #[serde(default)]
+    pub restarts: Vec<Restart>,
+    #[serde(default)]
+    pub load: Option<LoadSummary>,
+    #[serde(default)]
+    pub phases: Vec<PhaseRecord>,
+    /// Paths of the cell's files, relative to the report folder.
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// The allocator profile and its library's package version.
+    #[serde(default)]
+    pub allocator: Option<String>,
+    /// Chaos actions as done, with the seed of their schedule.
+    #[serde(default)]
+    pub chaos: Vec<ChaosRecord>,
+    /// Commands the `exec` phases ran: exit code, log, time, throughput.
+    #[serde(default)]
+    pub execs: Vec<ExecResult>,
+    /// Upgrades and downgrades, each with its outcome and read-back.
+    #[serde(default)]
+    pub upgrades: Vec<UpgradeRecord>,
+    /// `verify: offline` phases: the data directory read with RocksDB.
+    #[serde(default)]
+    pub offline: Vec<OfflineRecord>,
+    /// The node's cgroup and what its kernel counters recorded.
+    #[serde(default)]
+    pub cgroup: Option<CgroupSummary>,
+}
+
+impl CellResult {
+    /// A cell that could not run at all.
+    pub fn error(id: &str, params: BTreeMap<String, String>, error: String) -> CellResult {
+        CellResult {
+            id: id.into(),
+            params,
+            verdict: Verdict::Error,
+            error: Some(error),
+            ..CellResult::default()
+        }
+    }
+
+    /// Crashes: deaths soak did not cause that were not OOM kills.
+    pub fn crashes(&self) -> u64 {
+        self.restarts
+            .iter()
+            .filter(|r| r.reason == Cause::Crash)
+            .count() as u64
+    }
+}
+
+/// The node's cgroup: where it was, and the kernel's own counters, read
+/// just before it was removed.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct CgroupSummary {
+    /// `v1` or `v2`.
+    pub version: String,
+    pub path: String,
+    /// How soak got a place for it (see `soak doctor`).
+    pub placement: String,
+    /// The kernel's peak usage: v2 `memory.peak` (Linux 5.19+), v1
+    /// `memory.max_usage_in_bytes`.
+    pub peak_bytes: Option<u64>,
+    /// `limits.high`: v2's `memory.high`.
+    pub high_bytes: Option<u64>,
+    /// `memory.events`: times throttled over `memory.high`, times at
+    /// `memory.max` (v1: `memory.failcnt`), OOM killer runs and kills.
+    pub events_high: u64,
+    pub events_max: u64,
+    pub events_oom: u64,
+    pub oom_kills: u64,
+    /// Memory pressure (PSI, v2): the highest sampled share of 10 s in
+    /// which some / all of the node's tasks stalled, in percent, and the
+    /// whole stall in seconds.
+    pub pressure_some_avg10_max: Option<f64>,
+    pub pressure_full_avg10_max: Option<f64>,
+    pub pressure_some_stall_s: Option<f64>,
+    pub pressure_full_stall_s: Option<f64>,
+}
+
+/// What chaos may do to the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// The chaos signal (SIGKILL by default), then a start.
+    Kill,
+    /// SIGSTOP for the pause time, then SIGCONT.
+    Pause,
+    /// A graceful stop, then a start.
+    Restart,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ChaosRecord {
+    pub seed: u64,
+    /// Offset from the start of the chaos phase, as planned.
+    pub at_s: f64,
+    pub action: Action,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct CheckResult {
+    pub name: String,
+    /// "pass", "fail" or "warn".
+    pub verdict: Verdict,
+    pub value: serde_json::Value,
+    pub limit: serde_json::Value,
+    pub unit: String,
+    /// How the verdict was reached, where it needs more than value and limit.
+    #[serde(default)]
+    pub detail: Option<String>,
+}
+
+/// What one memory (or disk) series says, in bytes and bytes per hour.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct SeriesAnalysis {
+    pub peak: u64,
+    /// Median of the last quarter of the last segment: where it settled.
+    pub steady: Option<f64>,
+    /// Theil-Sen slope, bytes per hour, with its 95% interval.
+    pub slope_per_hour: Option<f64>,
+    pub slope_low_per_hour: Option<f64>,
+    pub slope_high_per_hour: Option<f64>,
+    /// One-sided p-value of growth (Mann-Kendall, autocorrelation-corrected).
+    pub p_growth: Option<f64>,
+    /// At the slope, hours from the steady state to the limit.
+    pub hours_to_limit: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct MemorySummary {
+    pub peak_rss_bytes: u64,
+    /// Proportional and anonymous resident memory, from smaps_rollup.
+    pub peak_pss_bytes: u64,
+    pub peak_anon_bytes: u64,
+    pub peak_cgroup_bytes: u64,
+    pub limit_bytes: Option<u64>,
+    /// Growth of the RSS, Theil-Sen, pooled over segments between restarts.
+    pub slope_bytes_per_hour: Option<f64>,
+    pub cgroup_slope_bytes_per_hour: Option<f64>,
+    pub oom_kills: u64,
+    pub samples: usize,
+    pub peak_disk_bytes: u64,
+    /// Resident over allocated at the last scrape, where the node reports
+    /// its allocator's statistics on its Prometheus endpoint.
+    pub fragmentation: Option<f64>,
+    /// Prometheus scrapes: answered, failed, answered with no series.
+    pub scrapes: Option<ScrapeSummary>,
+    /// The full analysis of each series: steady state, slope interval,
+    /// significance, time to the limit.
+    pub rss: SeriesAnalysis,
+    pub pss: SeriesAnalysis,
+    pub anon: SeriesAnalysis,
+    pub cgroup: SeriesAnalysis,
+    pub disk: SeriesAnalysis,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct ScrapeSummary {
+    pub ok: u64,
+    pub failed: u64,
+    pub empty: u64,
+    pub series: usize,
+    pub last_error: Option<String>,
+}
+
+/// Why the node went down before a restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Cause {
+    /// A `kill` phase.
+    Kill,
+    /// A `stop` phase.
+    Stop,
+    /// A `restart` phase.
+    Restart,
+    /// A chaos action.
+    Chaos,
+    /// The kernel's OOM killer.
+    Oom,
+    /// A death soak did not cause that was not an OOM kill.
+    Crash,
+    /// An `upgrade` or a `downgrade` phase.
+    Upgrade,
+    Downgrade,
+}
+
+impl Cause {
+    /// Deaths soak did not cause.
+    pub fn unexpected(self) -> bool {
+        matches!(self, Cause::Oom | Cause::Crash)
+    }
+
+    /// Deaths that may take writes the node acknowledged: not a graceful
+    /// stop.
+    pub fn unclean(self) -> bool {
+        matches!(self, Cause::Kill | Cause::Chaos | Cause::Oom | Cause::Crash)
+    }
+
+    /// As a reader says it: "restart after {}".
+    pub fn said(self) -> &'static str {
+        match self {
+            Cause::Kill => "the planned kill",
+            Cause::Stop => "the planned stop",
+            Cause::Restart => "a planned restart",
+            Cause::Chaos => "a chaos action",
+            Cause::Oom => "an OOM kill",
+            Cause::Crash => "a crash",
+            Cause::Upgrade => "an upgrade",
+            Cause::Downgrade => "a downgrade",
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::Kill => "kill",
+            Cause::Stop => "stop",
+            Cause::Restart => "restart",
+            Cause::Chaos => "chaos",
+            Cause::Oom => "oom",
+            Cause::Crash => "crash",
+            Cause::Upgrade => "upgrade",
+            Cause::Downgrade => "downgrade",
+        }
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which oracle found a restart's losses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Oracle {
+    /// The read-back of every key right after the restart.
+    ReadBack,
+    /// A `verify` phase's read-back.
+    Verify,
+    /// The load's own reads, judged against the ledger.
+    Reads,
+}
+
+impl Oracle {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Oracle::ReadBack => "read-back",
+            Oracle::Verify => "verify",
+            Oracle::Reads => "reads during load",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Restart {
+    /// What took the node down: a planned `kill`, `stop` or `restart`
+    /// phase, a `chaos` action, an `oom` kill, a `crash`, or an `upgrade`.
+    pub reason: Cause,
+    /// Seconds since the cell started, when the node was down.
+    pub at_s: f64,
+    pub ready_after_ms: u64,
+    /// How the previous incarnation ended.
+    pub exit: String,
+    /// Acknowledged writes this death took: found by the read-back right
+    /// after the restart (before the load wrote again), and by reads during
+    /// the load until the next restart.
+    #[serde(default)]
+    pub lost: u64,
+    #[serde(default)]
+    pub corrupted: u64,
+    #[serde(default)]
+    pub resurrected: u64,
+    /// Writes in flight at the death, found either way by the read-back.
+    #[serde(default)]
+    pub in_doubt: u64,
+    /// Seconds the read-back after the restart took (none: not read back).
+    #[serde(default)]
+    pub readback_s: Option<f64>,
+    /// Which oracle found the losses: `read-back`, `reads during load`,
+    /// or both.
+    #[serde(default)]
+    pub oracle: Option<String>,
+    /// The first write found lost, to look up in the node's log.
+    #[serde(default)]
+    pub first_lost: Option<LostWrite>,
+}
+
+impl Restart {
+    pub fn new(reason: Cause, at_s: f64, ready_after_ms: u64, exit: String) -> Restart {
+        Restart {
+            reason,
+            at_s,
+            ready_after_ms,
+            exit,
+            lost: 0,
+            corrupted: 0,
+            resurrected: 0,
+            in_doubt: 0,
+            readback_s: None,
+            oracle: None,
+            first_lost: None,
+        }
+    }
+
+    /// Adds what an oracle found, naming it.
+    pub fn found(&mut self, oracle: Oracle, i: &Integrity, first: Option<LostWrite>) {
+        self.lost += i.lost;
+        self.corrupted += i.corrupted;
+        self.resurrected += i.resurrected;
+        self.in_doubt += i.in_doubt;
+        let oracle = oracle.as_str();
+        if i.lost + i.corrupted + i.resurrected > 0 {
+            self.oracle = Some(match self.oracle.take() {
+                Some(o) if o != oracle => format!("{o} and {oracle}"),
+                _ => oracle.to_string(),
+            });
+        }
+        if self.first_lost.is_none() {
+            self.first_lost = first;
+        }
+    }
+}
+
+/// The first write an oracle found lost (or corrupted, or resurrected).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LostWrite {
+    /// The key's name as the node stores it (`soak:123`).
+    pub key: String,
+    /// The version acknowledged (the value's header says `key:version:`).
+    pub acked_version: u32,
+    /// When it was acknowledged, seconds since the cell started (the
+    /// second it began in: the ledger keeps whole seconds).
+    pub acked_at_s: f64,
+    /// What was read instead: `nothing`, `version N`, or bytes of no version.
+    pub read: String,
+}
+
+impl std::fmt::Display for LostWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "{} version {} acknowledged at {:.0} s, read {}",
+            self.key, self.acked_version, self.acked_at_s, self.read
+        )
+    }
+}
+
+/// Counts of one verification (or of several, added up).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
+#[serde(default)]
+pub struct Integrity {
+    /// Writes the node acknowledged during the run.
+    pub acknowledged: u64,
+    /// Keys read back and found as the ledger expected.
+    pub verified: u64,
+    pub lost: u64,
+    pub corrupted: u64,
+    pub in_doubt: u64,
+    pub resurrected: u64,
+}
+
+impl std::fmt::Display for Integrity {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "{} as expected, {} lost, {} corrupted, {} in doubt, {} resurrected",
+            self.verified, self.lost, self.corrupted, self.in_doubt, self.resurrected
+        )
+    }
+}
+
+impl Integrity {
+    pub fn add(&mut self, o: &Integrity) {
+        self.verified += o.verified;
+        self.lost += o.lost;
+        self.corrupted += o.corrupted;
+        self.in_doubt += o.in_doubt;
+        self.resurrected += o.resurrected;
+    }
+
+    /// What was found lost, corrupted or resurrected.
+    pub fn harmed(&self) -> u64 {
+        self.lost + self.corrupted + self.resurrected
+    }
+}
+
+/// The load of a cell, or of one phase.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct LoadSummary {
+    /// Seconds the load ran.
+    pub active_s: f64,
+    pub sets: u64,
+    pub gets: u64,
+    pub dels: u64,
+    pub mgets: u64,
+    /// SETs of `load` phases (pipelined, outside the rate).
+    pub fill_sets: u64,
+    pub errors: u64,
+    pub unavailable: u64,
+    pub corrupted_reads: u64,
+    /// Acknowledged operations (not `load` SETs) per second of load.
+    pub ops_per_s: f64,
+    /// SETs and DELs per second.
+    pub writes_per_s: f64,
+    /// GETs and MGETs per second.
+    pub reads_per_s: f64,
+    /// From the scheduled start (the send, in a closed loop) to the reply;
+    /// `None` when no request was answered.
+    pub latency_us: Option<Latency>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+pub struct Latency {
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub max: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct PhaseRecord {
+    pub phase: String,
+    pub start_s: f64,
+    pub end_s: f64,
+    pub outcome: String,
+    /// The load while the phase ran, where there was any.
+    #[serde(default)]
+    pub load: Option<LoadSummary>,
+    /// The data directory's size when the phase ended.
+    #[serde(default)]
+    pub disk_bytes: Option<u64>,
+}
+
+/// An `upgrade` or a `downgrade`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Swap {
+    Upgrade,
+    Downgrade,
+}
+
+impl std::fmt::Display for Swap {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Display for SwapOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(match self {
+            SwapOutcome::Verified => "verified",
+            SwapOutcome::Refused => "refused",
+        })
+    }
+}
+
+impl Swap {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Swap::Upgrade => "upgrade",
+            Swap::Downgrade => "downgrade",
+        }
+    }
+
+    pub fn cause(self) -> Cause {
+        match self {
+            Swap::Upgrade => Cause::Upgrade,
+            Swap::Downgrade => Cause::Downgrade,
+        }
+    }
+}
+
+/// How a swap of versions went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SwapOutcome {
+    /// The new version started and read back every key.
+    Verified,
+    /// It would not start (a downgrade), and the old version runs again.
+    Refused,
+}
+
+/// One `upgrade` or `downgrade`, as it went.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct UpgradeRecord {
+    pub kind: Swap,
+    pub from: String,
+    pub to: String,
+    pub at_s: f64,
+    pub outcome: SwapOutcome,
+    /// Why it was refused: the node's own words, from its log.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// How long the new version took to get ready.
+    #[serde(default)]
+    pub ready_after_ms: Option<u64>,
+    /// The read-back after it.
+    #[serde(default)]
+    pub integrity: Option<Integrity>,
+    /// The data directory before the swap (the node stopped: checksums
+    /// verified) and after it (the new version running: statistics only).
+    #[serde(default)]
+    pub before: Option<Inspection>,
+    #[serde(default)]
+    pub after: Option<Inspection>,
+    /// RocksDB options that differ between the two (option, before, after).
+    #[serde(default)]
+    pub options_changed: Vec<(String, Option<String>, Option<String>)>,
+}
+
+/// One `verify: offline`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct OfflineRecord {
+    pub at_s: f64,
+    pub inspection: Inspection,
+}
+
+/// The outcome of one `exec` phase, for its check.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ExecResult {
+    pub command: String,
+    pub expected: i32,
+    /// The exit code, or `None` when it timed out or died by a signal.
+    pub code: Option<i32>,
+    pub log: String,
+    /// Seconds it ran.
+    #[serde(default)]
+    pub took_s: f64,
+    /// The figure its `throughput` regex read from the output (ops/s).
+    #[serde(default)]
+    pub throughput: Option<f64>,
+    /// The least `throughput` allowed, where the suite set one.
+    #[serde(default)]
+    pub throughput_min: Option<f64>,
+    /// Set when a `throughput` regex matched nothing in the output.
+    #[serde(default)]
+    pub unmatched: Option<String>,
+}
+
+/// SST files of one level, or of one compression.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
+pub struct FileGroup {
+    pub files: u64,
+    pub bytes: u64,
+    pub entries: u64,
+}
+
+/// A RocksDB data directory as read offline (see `verify::offline`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct Inspection {
+    /// The data directory's size on disk.
+    pub size_bytes: u64,
+    pub column_families: Vec<String>,
+    /// Keys found by the full scan, per column family.
+    pub keys: BTreeMap<String, u64>,
+    /// SST files by level (`L0`, `L1`, ...).
+    pub levels: BTreeMap<String, FileGroup>,
+    /// SST files by the compression their table properties name.
+    pub compression: BTreeMap<String, FileGroup>,
+    /// The first corruption RocksDB found, with the file it names.
+    pub corruption: Option<String>,
+    /// The version that wrote the newest OPTIONS file.
+    pub rocksdb_version: Option<String>,
+    /// The newest OPTIONS file, flattened to `section.option = value`.
+    #[serde(skip)]
+    pub options: BTreeMap<String, String>,
+    /// The ledger's verdict on the contents, where one was given.
+    pub integrity: Option<Integrity>,
+    /// Seconds spent verifying checksums, and scanning every key.
+    pub checksum_s: f64,
+    pub scan_s: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_worst_verdict_wins_and_a_warning_alone_passes_a_run() {
+        use Verdict::*;
+        assert_eq!(Verdict::worst([Pass, Warn, Pass]), Warn);
+        assert_eq!(Verdict::worst([Warn, Error, Fail]), Error);
+        assert_eq!(Verdict::worst([]), Pass);
+        assert_eq!(Verdict::of_run([Pass, Warn]), Pass);
+        assert_eq!(Verdict::of_run([Warn, Fail]), Fail);
+    }
+}

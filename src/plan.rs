@@ -1,0 +1,355 @@
+//! The plan layer: a suite, one of its cells and the run's context become a
+//! fully rendered [`CellPlan`]: every template filled in, the allocator
+//! found, the node's versions, the load, the limits and where the cell's
+//! files go. `soak validate` resolves every cell through this same code, so
+//! validation and running cannot disagree; nothing here starts anything.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::driver::allocator::{self, Profile};
+use crate::driver::cgroup::Limits;
+use crate::driver::process::{Probe, Spec};
+use crate::driver::Launch;
+use crate::suite::{template, CellDef, LoadRate, Suite, BASE_VERSION};
+use crate::workload::LoadConfig;
+
+/// What every cell of a run shares.
+#[derive(Debug, Clone)]
+pub struct RunContext {
+    pub run_id: String,
+    /// The run's folder (absolute): cells go in `cells/<cell>` inside it.
+    pub run_dir: PathBuf,
+    /// The folder of the suite file, for `${SUITE_DIR}`.
+    pub suite_dir: PathBuf,
+    /// What `${SOAK_NODE}` names.
+    pub soak_node: String,
+    pub seed: u64,
+    /// `--duration-scale`.
+    pub scale: f64,
+    /// `--interval`, over the suite's `telemetry.interval`.
+    pub interval: Option<Duration>,
+    /// Ports come from the kernel (a run), or are placeholders (`soak
+    /// validate`, which must not depend on what is free).
+    pub real_ports: bool,
+    /// Whether an allocator library that is not installed is an error
+    /// (a run) or left for the run to find (`soak validate`).
+    pub find_libraries: bool,
+}
+
+impl RunContext {
+    /// The context `soak validate` resolves cells in: placeholder ports
+    /// and folders, nothing looked up on this machine.
+    pub fn for_validation(suite_file: &Path) -> RunContext {
+        let suite_dir = suite_file
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        RunContext {
+            run_id: "validate".into(),
+            run_dir: PathBuf::from("reports/validate"),
+            suite_dir,
+            soak_node: "soak-node".into(),
+            seed: 0,
+            scale: 1.0,
+            interval: None,
+            real_ports: false,
+            find_libraries: false,
+        }
+    }
+}
+
+/// The allocator a cell's node runs with.
+#[derive(Debug, Clone)]
+pub struct AllocatorPlan {
+    pub profile: Profile,
+    /// The library preloaded (none: glibc's own malloc, tuned).
+    pub library: Option<PathBuf>,
+    /// The profile and its library's package version, as reported.
+    pub text: String,
+}
+
+/// One cell, ready to run.
+#[derive(Debug, Clone)]
+pub struct CellPlan {
+    pub id: String,
+    pub params: BTreeMap<String, String>,
+    /// Its place in the suite (names its cgroup).
+    pub index: usize,
+    /// `cells/<cell>`, relative to the run's folder.
+    pub rel_dir: String,
+    /// The cell's folder and its node's data directory (absolute).
+    pub dir: PathBuf,
+    pub data_dir: PathBuf,
+    /// The template variables, as rendered into everything below.
+    pub vars: BTreeMap<String, String>,
+    /// The node as it first starts (the base version).
+    pub node: Spec,
+    /// Every version's argv and environment; `node` is the base.
+    pub versions: BTreeMap<String, Launch>,
+    pub allocator: Option<AllocatorPlan>,
+    pub load: Option<LoadConfig>,
+    /// The node's Prometheus endpoint, where it has one.
+    pub scrape: Option<String>,
+    pub limits: Limits,
+    /// Whether the cell cannot run without a memory cgroup.
+    pub needs_cgroup: bool,
+    pub cgroup_name: String,
+    pub interval: Duration,
+    /// Seconds of warm-up the growth analysis leaves out (scaled).
+    pub warmup_s: f64,
+    pub seed: u64,
+    pub scale: f64,
+    pub readback_after_restart: bool,
+}
+
+/// A cell that cannot be planned.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// A template that does not render (a suite error: exit 2).
+    #[error("{field}: {error}")]
+    Template { field: String, error: String },
+    /// Something this machine lacks (exit 3).
+    #[error("{0}")]
+    Environment(String),
+}
+
+struct Renderer<'a> {
+    vars: &'a BTreeMap<String, String>,
+}
+
+impl Renderer<'_> {
+    fn one(&self, field: &str, text: &str) -> Result<String, PlanError> {
+        template::render(text, self.vars).map_err(|error| PlanError::Template {
+            field: field.into(),
+            error,
+        })
+    }
+
+    fn argv(&self, field: &str, argv: &[String]) -> Result<Vec<String>, PlanError> {
+        argv.iter()
+            .enumerate()
+            .map(|(i, a)| self.one(&format!("{field}[{i}]"), a))
+            .collect()
+    }
+}
+
+/// A folder-safe name for a cell id.
+pub fn folder(id: &str) -> String {
+    id.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "=,.-_".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// A free TCP port on the loopback, as the kernel hands them out.
+fn free_port() -> Result<u16, PlanError> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| PlanError::Environment(format!("no free port on 127.0.0.1: {e}")))
+}
+
+/// The cell's variables: the matrix's, and where it runs.
+fn variables(
+    def: &CellDef,
+    ctx: &RunContext,
+    dir: &Path,
+    data_dir: &Path,
+) -> Result<BTreeMap<String, String>, PlanError> {
+    let mut vars = def.variables();
+    let (port, metrics) = if ctx.real_ports {
+        (free_port()?, free_port()?)
+    } else {
+        (6379, 9100)
+    };
+    vars.insert("PORT".into(), port.to_string());
+    vars.insert("METRICS_PORT".into(), metrics.to_string());
+    vars.insert("DATA_DIR".into(), data_dir.display().to_string());
+    vars.insert("CELL_DIR".into(), dir.display().to_string());
+    vars.insert("SOAK_NODE".into(), ctx.soak_node.clone());
+    vars.insert("SUITE_DIR".into(), ctx.suite_dir.display().to_string());
+    Ok(vars)
+}
+
+fn probe(suite: &Suite, r: &Renderer) -> Result<Probe, PlanError> {
+    let ready = &suite.node.ready;
+    Ok(if let Some(a) = &ready.resp {
+        Probe::Resp(r.one("node.ready.resp", a)?)
+    } else if let Some(a) = &ready.tcp {
+        Probe::Tcp(r.one("node.ready.tcp", a)?)
+    } else if let Some(u) = &ready.http {
+        Probe::Http(r.one("node.ready.http", u)?)
+    } else if let Some(re) = &ready.log {
+        Probe::Log(r.one("node.ready.log", re)?)
+    } else if let Some(argv) = &ready.exec {
+        Probe::Exec(r.argv("node.ready.exec", argv)?)
+    } else {
+        unreachable!("validated: one probe")
+    })
+}
+
+/// The allocator: the matrix's, else the node's, else whatever the node
+/// links (none).
+fn allocator_plan(
+    suite: &Suite,
+    def: &CellDef,
+    ctx: &RunContext,
+) -> Result<Option<AllocatorPlan>, PlanError> {
+    let Some(profile) = def.allocator().or(suite.node.allocator.as_ref()).cloned() else {
+        return Ok(None);
+    };
+    let library = if ctx.find_libraries {
+        profile.find_library().map_err(PlanError::Environment)?
+    } else {
+        None
+    };
+    let version = library
+        .as_deref()
+        .and_then(allocator::library_version)
+        .or_else(|| {
+            (profile.kind == allocator::Kind::Glibc)
+                .then(|| allocator::library_version(Path::new("/lib/x86_64-linux-gnu/libc.so.6")))
+                .flatten()
+        });
+    let text = match version {
+        Some(v) => format!("{} ({v})", profile.name),
+        None => profile.name.clone(),
+    };
+    Ok(Some(AllocatorPlan {
+        profile,
+        library,
+        text,
+    }))
+}
+
+/// Each version: its argv, and the node's environment with its own
+/// variables added or replacing.
+fn versions(
+    suite: &Suite,
+    base: &Launch,
+    r: &Renderer,
+) -> Result<BTreeMap<String, Launch>, PlanError> {
+    let mut out = BTreeMap::new();
+    out.insert(BASE_VERSION.to_string(), base.clone());
+    for (name, v) in &suite.versions {
+        let argv = r.argv(&format!("versions.{name}.command"), &v.command)?;
+        let mut env = base.env.clone();
+        for (k, x) in &v.env {
+            let x = r.one(&format!("versions.{name}.env.{k}"), x)?;
+            env.retain(|(ek, _)| ek != k);
+            env.push((k.clone(), x));
+        }
+        out.insert(name.clone(), Launch { argv, env });
+    }
+    Ok(out)
+}
+
+fn load_config(suite: &Suite, r: &Renderer, seed: u64) -> Result<Option<LoadConfig>, PlanError> {
+    let Some(w) = &suite.workload else {
+        return Ok(None);
+    };
+    Ok(Some(LoadConfig {
+        target: r.one("workload.resp.target", &w.resp.target)?,
+        keys: w.keys.0 as usize,
+        value_size: (w.value_size.min as usize, w.value_size.max as usize),
+        set: w.mix.set,
+        get: w.mix.get,
+        del: w.mix.del,
+        mget: w.mix.mget,
+        mget_keys: w.mget_keys.0 as usize,
+        rate: match w.rate {
+            LoadRate::Fixed(r) => Some(r),
+            LoadRate::Max => None,
+        },
+        pipeline: w.pipeline.map(|p| p.0 as usize).unwrap_or(1),
+        connections: w.connections.0 as usize,
+        timeout: w.timeout.0,
+        seed,
+        distribution: w.distribution,
+    }))
+}
+
+/// Resolves one cell of `suite` in `ctx`.
+pub fn resolve(
+    suite: &Suite,
+    def: &CellDef,
+    index: usize,
+    ctx: &RunContext,
+) -> Result<CellPlan, PlanError> {
+    let rel_dir = format!("cells/{}", folder(&def.id));
+    let dir = ctx.run_dir.join(&rel_dir);
+    let data_dir = dir.join("data");
+    let vars = variables(def, ctx, &dir, &data_dir)?;
+    let r = Renderer { vars: &vars };
+    let mut env: Vec<(String, String)> = suite
+        .node
+        .env
+        .iter()
+        .map(|(k, v)| Ok((k.clone(), r.one(&format!("node.env.{k}"), v)?)))
+        .collect::<Result<_, PlanError>>()?;
+    let allocator = allocator_plan(suite, def, ctx)?;
+    if let Some(a) = &allocator {
+        env.extend(a.profile.environment(a.library.as_deref()));
+    }
+    // The label `soak cleanup` finds the node's processes by.
+    env.push(("SOAK_RUN_ID".into(), ctx.run_id.clone()));
+    let base = Launch {
+        argv: r.argv("node.command", &suite.node.command)?,
+        env,
+    };
+    let node = Spec {
+        argv: base.argv.clone(),
+        env: base.env.clone(),
+        probe: probe(suite, &r)?,
+        ready_timeout: suite.node.ready.timeout.0,
+        stop_signal: suite.node.stop.signal.0,
+        grace: suite.node.stop.grace.0,
+        log: dir.join("node.log"),
+    };
+    let scrape = match &suite.node.metrics {
+        Some(m) => Some(r.one("node.metrics.prometheus", &m.prometheus)?),
+        None => None,
+    };
+    let warmup_s = suite
+        .checks
+        .memory_growth
+        .as_ref()
+        .map(|g| g.warmup.0.as_secs_f64() * ctx.scale)
+        .unwrap_or(10.0);
+    Ok(CellPlan {
+        id: def.id.clone(),
+        params: def.params_map(),
+        index,
+        rel_dir,
+        versions: versions(suite, &base, &r)?,
+        load: load_config(suite, &r, ctx.seed)?,
+        scrape,
+        node,
+        allocator,
+        limits: Limits {
+            memory: suite.limits.memory.map(|s| s.0),
+            high: suite.limits.high.map(|s| s.0),
+            swap: suite.limits.swap.map(|s| s.0),
+        },
+        needs_cgroup: suite.limits.need_cgroup(),
+        cgroup_name: format!("{}{}-{index}", crate::driver::cgroup::PREFIX, ctx.run_id),
+        interval: ctx.interval.unwrap_or(suite.telemetry.interval.0),
+        warmup_s,
+        seed: ctx.seed,
+        scale: ctx.scale,
+        readback_after_restart: suite
+            .workload
+            .as_ref()
+            .is_none_or(|w| w.readback_after_restart),
+        dir,
+        data_dir,
+        vars,
+    })
+}
