@@ -273,3 +273,123 @@ fn exec(n: usize, e: &ExecResult) -> Vec<CheckResult> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Cause;
+
+    fn checks(yaml: &str) -> Checks {
+        serde_norway::from_str(yaml).expect("valid checks")
+    }
+
+    fn judge(c: &Checks, m: Measured) -> Vec<(String, Verdict, Value)> {
+        evaluate(c, &m)
+            .into_iter()
+            .map(|r| (r.name, r.verdict, r.value))
+            .collect()
+    }
+
+    fn nothing<'a>(i: &'a Integrity, m: &'a MemorySummary) -> Measured<'a> {
+        Measured {
+            integrity: i,
+            memory: m,
+            restarts: &[],
+            ops_per_s: None,
+            latency_us: None,
+            execs: &[],
+            phases: &[],
+        }
+    }
+
+    #[test]
+    fn without_restarts_a_restart_time_passes_and_says_so() {
+        let c = checks("restart_time: { max: 1s }");
+        let (i, m) = (Integrity::default(), MemorySummary::default());
+        let r = evaluate(&c, &nothing(&i, &m));
+        assert_eq!(r[0].verdict, Verdict::Pass);
+        assert_eq!(r[0].value, Value::Null);
+        assert_eq!(r[0].detail.as_deref(), Some("no restart"));
+        let slow = [Restart::new(Cause::Kill, 1.0, 1500, "x".into())];
+        let r = evaluate(
+            &c,
+            &Measured {
+                restarts: &slow,
+                ..nothing(&i, &m)
+            },
+        );
+        assert_eq!(r[0].verdict, Verdict::Fail);
+    }
+
+    #[test]
+    fn an_empty_histogram_fails_a_latency_check() {
+        let c = checks("latency: { percentile: 99, max: 50ms }");
+        let (i, m) = (Integrity::default(), MemorySummary::default());
+        let h = Histogram::<u64>::new(3).unwrap();
+        let got = judge(
+            &c,
+            Measured {
+                latency_us: Some(&h),
+                ..nothing(&i, &m)
+            },
+        );
+        assert_eq!(got, [("latency (p99)".into(), Verdict::Fail, Value::Null)]);
+        // No workload at all: nothing to judge, no check.
+        assert!(evaluate(&c, &nothing(&i, &m)).is_empty());
+    }
+
+    #[test]
+    fn no_disk_sizes_fail_a_disk_growth_check() {
+        let c = checks("disk: { max_growth: 2 }");
+        let (i, m) = (Integrity::default(), MemorySummary::default());
+        let r = evaluate(&c, &nothing(&i, &m));
+        assert_eq!(r[0].verdict, Verdict::Fail);
+        assert_eq!(
+            r[0].detail.as_deref(),
+            Some("no phase left data to compare")
+        );
+        let phase = |b| PhaseRecord {
+            phase: "run".into(),
+            start_s: 0.0,
+            end_s: 1.0,
+            outcome: String::new(),
+            load: None,
+            disk_bytes: Some(b),
+        };
+        let grew = [phase(0), phase(100), phase(150)];
+        let r = evaluate(
+            &c,
+            &Measured {
+                phases: &grew,
+                ..nothing(&i, &m)
+            },
+        );
+        assert_eq!(
+            (r[0].verdict, r[0].value.clone()),
+            (Verdict::Pass, 1.5.into())
+        );
+    }
+
+    #[test]
+    fn resurrected_writes_count_as_lost_and_a_warning_does_not_fail_a_cell() {
+        let c = checks("lost_writes: 0\ncrashes: { max: 0, severity: warn }");
+        let i = Integrity {
+            resurrected: 1,
+            ..Integrity::default()
+        };
+        let m = MemorySummary::default();
+        let crash = [Restart::new(Cause::Crash, 1.0, 10, "x".into())];
+        let r = evaluate(
+            &c,
+            &Measured {
+                restarts: &crash,
+                ..nothing(&i, &m)
+            },
+        );
+        assert_eq!(r[0].verdict, Verdict::Fail);
+        assert_eq!(r[1].verdict, Verdict::Warn);
+        assert_eq!(cell_verdict(false, &r), Verdict::Fail);
+        assert_eq!(cell_verdict(false, &r[1..]), Verdict::Warn);
+        assert_eq!(cell_verdict(true, &[]), Verdict::Error);
+    }
+}
