@@ -36,9 +36,11 @@ struct Calls {
     stops: usize,
 }
 
+/// The life of the next incarnation, given its argv and its number.
+type Script = Box<dyn FnMut(&[String], usize) -> Life + Send>;
+
 struct FakeNode {
-    /// The life of the next incarnation, given its argv and its number.
-    life: Box<dyn FnMut(&[String], usize) -> Life + Send>,
+    life: Script,
     launch: Launch,
     exit: Option<watch::Receiver<Option<Exit>>>,
     tx: Option<watch::Sender<Option<Exit>>>,
