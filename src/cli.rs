@@ -53,8 +53,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Print the JSON Schema of suites (for editors: see the README).
-    Schema,
+    /// Print the JSON Schema of suites (for editors: see the README), or
+    /// with --summary, of the summary.json a run writes.
+    Schema {
+        #[arg(long)]
+        summary: bool,
+    },
     /// Finished runs' reports: `soak report DIR` renders DIR/report.md
     /// again from its summary.json and samples; `compare` and `merge`.
     Report(ReportArgs),
@@ -180,8 +184,16 @@ pub fn main() -> i32 {
             }
             code
         }
-        Command::Schema => {
-            println!("{}", crate::suite::schema::suite_schema());
+        Command::Schema { summary } => {
+            if summary {
+                let schema = schemars::schema_for!(crate::model::Summary);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&schema).expect("a schema serializes")
+                );
+            } else {
+                println!("{}", crate::suite::schema::suite_schema());
+            }
             exit::PASS
         }
         Command::Cleanup { run, force } => {

@@ -21,6 +21,21 @@ pub fn run_id() -> String {
     RUN_ID.get_or_init(new_run_id).clone()
 }
 
+/// Names this process's run `id` (before anything used its id).
+pub fn use_run_id(id: &str) {
+    let _ = RUN_ID.set(id.to_string());
+}
+
+/// `--run-id`: letters and digits, 1 to 16 (it goes into cgroup names,
+/// where `-` and `.` separate it from the rest).
+pub fn parse_run_id(s: &str) -> Result<String, String> {
+    if (1..=16).contains(&s.len()) && s.chars().all(|c| c.is_ascii_alphanumeric()) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("{s:?}: a run id is 1 to 16 letters and digits"))
+    }
+}
+
 /// A short random id that names the run's folder and its cgroups.
 pub fn new_run_id() -> String {
     format!("{:06x}", rand::rng().random::<u32>() & 0xFF_FFFF)

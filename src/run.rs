@@ -60,6 +60,11 @@ pub struct RunOptions {
     /// How often the plain progress line is written.
     #[arg(long, default_value = "30s", value_parser = crate::units::heartbeat)]
     pub heartbeat: Duration,
+    /// The run's id (letters and digits, up to 16), which names its folder
+    /// and labels its cgroups and processes for `soak cleanup`; random when
+    /// not given. A CI job may pass its own to find the run afterwards.
+    #[arg(long, value_name = "ID", value_parser = crate::lock::parse_run_id)]
+    pub run_id: Option<String>,
     /// Only the verdict and the report's path: no event lines, no progress.
     #[arg(long, short)]
     pub quiet: bool,
@@ -164,6 +169,9 @@ pub async fn run(
 ) -> Result<(Summary, PathBuf), RunError> {
     let suite = Suite::load(&opts.suite)?;
     let cells = select_cells(&suite, opts)?;
+    if let Some(id) = &opts.run_id {
+        crate::lock::use_run_id(id);
+    }
     let run_id = crate::lock::run_id();
     // Held while this run lives: `soak cleanup` in another shell leaves
     // this run alone.

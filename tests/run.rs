@@ -9,12 +9,14 @@ use std::process::{Command, Output};
 
 use common::require_tool;
 use serde_json::Value;
+use soak::model::{Cause, Verdict};
 
 fn suite(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
 }
 
 struct Run {
+    id: String,
     out: Output,
     summary: Option<Value>,
     report_dir: Option<PathBuf>,
@@ -36,6 +38,12 @@ impl Run {
     fn cell(&self) -> &Value {
         &self.summary()["cells"][0]
     }
+    /// The summary through soak's typed model: a renamed or retyped field
+    /// fails here.
+    fn model(&self) -> soak::model::Summary {
+        serde_json::from_value(self.summary().clone())
+            .unwrap_or_else(|e| panic!("summary.json does not load as soak's model: {e}"))
+    }
     /// A file of the first cell, by its name in `files` or its path
     /// relative to the cell's folder.
     fn file(&self, name: &str) -> String {
@@ -49,13 +57,21 @@ impl Run {
     }
 }
 
+/// A run id of the test's own, so that what a run left is found even when
+/// it failed before it made its report folder.
+fn test_run_id() -> String {
+    format!("t{:x}", rand::random::<u32>())
+}
+
 fn soak_run(suite_file: &str, extra: &[&str]) -> Run {
     let dir = tempfile::tempdir().unwrap();
+    let id = test_run_id();
     let out = Command::new(env!("CARGO_BIN_EXE_soak"))
         .arg("run")
         .arg(suite(suite_file))
         .arg("--out")
         .arg(dir.path())
+        .args(["--run-id", &id])
         .args(extra)
         .output()
         .unwrap();
@@ -68,6 +84,7 @@ fn soak_run(suite_file: &str, extra: &[&str]) -> Run {
         serde_json::from_str(&std::fs::read_to_string(d.join("summary.json")).unwrap()).unwrap()
     });
     let run = Run {
+        id,
         out,
         summary,
         report_dir,
@@ -156,6 +173,7 @@ fn interrupt(mut child: std::process::Child, report_dir: &Path, dir: tempfile::T
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok());
     Run {
+        id: run_id(report_dir),
         out: Output {
             status,
             stdout: vec![],
@@ -169,8 +187,10 @@ fn interrupt(mut child: std::process::Child, report_dir: &Path, dir: tempfile::T
 
 /// No process labelled with the run, no cgroup of the run.
 fn assert_nothing_left(run: &Run) {
-    let Some(dir) = &run.report_dir else { return };
-    let id = run_id(dir);
+    if let Some(dir) = &run.report_dir {
+        assert_eq!(run_id(dir), run.id);
+    }
+    let id = run.id.clone();
     let procs = labelled(&id);
     assert!(procs.is_empty(), "processes of run {id} left: {procs:?}");
     if let Ok(h) = soak::driver::cgroup::detect() {
@@ -264,21 +284,13 @@ fn smoke_suite_passes_shortened() {
 fn writes_lost_without_a_wal_fail_the_run() {
     let run = soak_run("tests/suites/wal-off.yaml", &[]);
     assert_eq!(run.code(), 1, "{}", run.stderr());
-    assert_eq!(run.summary()["verdict"], "fail");
-    let c = run.cell();
-    assert!(
-        c["integrity"]["lost"].as_u64().unwrap() > 0,
-        "{}",
-        c["integrity"]
-    );
-    let check = c["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["name"] == "lost_writes")
-        .unwrap();
-    assert_eq!(check["verdict"], "fail");
-    assert_eq!(c["restarts"][0]["reason"], "kill");
+    let summary = run.model();
+    assert_eq!(summary.verdict, Verdict::Fail);
+    let c = &summary.cells[0];
+    assert!(c.integrity.lost > 0, "{:?}", c.integrity);
+    let check = c.checks.iter().find(|k| k.name == "lost_writes").unwrap();
+    assert_eq!(check.verdict, Verdict::Fail);
+    assert_eq!(c.restarts[0].reason, Cause::Kill);
 }
 
 #[test]
@@ -597,11 +609,13 @@ fn an_interrupted_run_still_reports_and_leaves_nothing() {
         dir.path(),
         std::process::Stdio::piped(),
     );
-    // Wait until the node is ready and under load.
+    // Wait until the node is ready and the load runs (a `run` phase began).
     let events = wait_for_file(dir.path(), "events.jsonl", |e| {
-        std::fs::read_to_string(e).unwrap().contains("\"phase\"")
+        std::fs::read_to_string(e)
+            .unwrap()
+            .lines()
+            .any(|l| l.contains("\"kind\":\"phase-started\"") && l.contains("\"phase\":\"run "))
     });
-    std::thread::sleep(std::time::Duration::from_secs(1));
     let report_dir = events.parent().unwrap().parent().unwrap().parent().unwrap();
     let run = interrupt(child, report_dir, dir);
     let summary = run.summary();
@@ -1059,9 +1073,24 @@ fn an_exec_phase_keeps_its_output_and_reads_a_throughput_from_it() {
 fn kill_soak_then_verify(suite_file: &str) -> (Output, PathBuf, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let mut child = spawn_soak_run(suite_file, dir.path(), std::process::Stdio::null());
+    // Under load, the ledger is saved again and again: wait for three
+    // saves, the last of them with acknowledged writes in it.
     let ledger = wait_for_file(dir.path(), "ledger.bin", |_| true);
-    // A few seconds of load and saves.
-    std::thread::sleep(std::time::Duration::from_secs(5));
+    let mut saves = 0;
+    let mut last = None;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while saves < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ledger was not saved 3 times in 60 s"
+        );
+        let now = std::fs::metadata(&ledger).and_then(|m| m.modified()).ok();
+        if now.is_some() && now != last {
+            saves += 1;
+            last = now;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     child.kill().unwrap();
     child.wait().unwrap();
     let cell_dir = ledger.parent().unwrap().to_path_buf();
@@ -1081,6 +1110,7 @@ fn kill_soak_then_verify(suite_file: &str) -> (Output, PathBuf, tempfile::TempDi
         .output()
         .unwrap();
     let run = Run {
+        id: run_id(run_dir),
         out: Output {
             status: out.status,
             stdout: vec![],

@@ -77,19 +77,24 @@ impl std::fmt::Display for Verdict {
 /// The whole run: what `summary.json` holds.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Summary {
+    #[serde(default)]
     pub schema_version: u32,
     pub suite: String,
     #[serde(default)]
     pub description: String,
     /// "pass", "fail" or "error" (a warning alone passes).
     pub verdict: Verdict,
+    #[serde(default)]
     pub run_id: String,
     /// The run's seed: `soak run --seed N` replays workloads and chaos.
+    #[serde(default)]
     pub seed: u64,
     /// `I/N` when the run was one shard of the suite.
     #[serde(default)]
     pub shard: Option<String>,
+    #[serde(default)]
     pub started_at: String,
+    #[serde(default)]
     pub duration_s: f64,
     #[serde(default)]
     pub suite_file: String,
@@ -250,8 +255,11 @@ pub struct CheckResult {
     pub name: String,
     /// "pass", "fail" or "warn".
     pub verdict: Verdict,
+    #[serde(default)]
     pub value: serde_json::Value,
+    #[serde(default)]
     pub limit: serde_json::Value,
+    #[serde(default)]
     pub unit: String,
     /// How the verdict was reached, where it needs more than value and limit.
     #[serde(default)]
@@ -563,6 +571,7 @@ pub struct LoadSummary {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
 pub struct Latency {
     pub p50: u64,
     pub p90: u64,

@@ -91,37 +91,8 @@ fn label_value(s: &str) -> String {
 
 struct Out(String);
 
-impl Out {
-    fn family(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    }
-    fn gauge(&mut self, name: &str, help: &str, value: impl std::fmt::Display) {
-        self.family(name, "gauge", help);
-        let _ = writeln!(self.0, "{name} {value}");
-    }
-}
-
-/// Renders every metric in the Prometheus text format.
-pub fn render(stats: &Stats, store: &Store, allocator: Allocator) -> String {
-    let mut o = Out(String::with_capacity(16 << 10));
-    if let Some((rss, vsz)) = process_memory() {
-        o.gauge(
-            "process_resident_memory_bytes",
-            "Resident memory size in bytes.",
-            rss,
-        );
-        o.gauge(
-            "process_virtual_memory_bytes",
-            "Virtual memory size in bytes.",
-            vsz,
-        );
-    }
-    o.gauge(
-        "soak_node_uptime_seconds",
-        "Seconds since the node started.",
-        stats.started.elapsed().as_secs_f64(),
-    );
-
+/// RocksDB's own figures, from its properties.
+fn rocksdb(o: &mut Out, store: &Store) {
     let props: [(&str, &str, &str); 13] = [
         (
             "rocksdb_block_cache_usage_bytes",
@@ -194,7 +165,10 @@ pub fn render(stats: &Stats, store: &Store, allocator: Allocator) -> String {
             o.gauge(name, help, v);
         }
     }
+}
 
+/// Commands and connections served.
+fn commands(o: &mut Out, stats: &Stats) {
     o.family("soak_node_commands_total", "counter", "Commands served.");
     for (i, c) in stats.commands.iter().enumerate() {
         let _ = writeln!(
@@ -269,7 +243,41 @@ pub fn render(stats: &Stats, store: &Store, allocator: Allocator) -> String {
         "soak_node_protocol_errors_total {}",
         stats.protocol_errors_total.load(Relaxed)
     );
+}
 
+impl Out {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+    fn gauge(&mut self, name: &str, help: &str, value: impl std::fmt::Display) {
+        self.family(name, "gauge", help);
+        let _ = writeln!(self.0, "{name} {value}");
+    }
+}
+
+/// Renders every metric in the Prometheus text format.
+pub fn render(stats: &Stats, store: &Store, allocator: Allocator) -> String {
+    let mut o = Out(String::with_capacity(16 << 10));
+    if let Some((rss, vsz)) = process_memory() {
+        o.gauge(
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            rss,
+        );
+        o.gauge(
+            "process_virtual_memory_bytes",
+            "Virtual memory size in bytes.",
+            vsz,
+        );
+    }
+    o.gauge(
+        "soak_node_uptime_seconds",
+        "Seconds since the node started.",
+        stats.started.elapsed().as_secs_f64(),
+    );
+
+    rocksdb(&mut o, store);
+    commands(&mut o, stats);
     let name = allocator.name();
     let version = label_value(&allocator.version().unwrap_or_default());
     o.family(

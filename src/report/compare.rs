@@ -3,15 +3,15 @@
 //! the last release and on the candidate and attaches this table to the
 //! pull request.
 //!
-//! Summaries are read as JSON values, not as this version's structs: a
-//! summary written by an older soak (fewer fields) still compares, and a
-//! field one side lacks is shown as `-` and judged on neither side.
+//! Summaries are read through the typed model (`crate::model`), whose new
+//! fields all have defaults: a summary written by an older soak (fewer
+//! fields) still loads and compares, and a figure one side lacks is shown
+//! as `-` and judged on neither side.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
-
+use crate::model::{CellResult, Summary, Verdict};
 use crate::units::Bytes;
 
 /// Which way is better for a measured figure.
@@ -32,7 +32,7 @@ enum Unit {
 /// A figure compared by how much it changed.
 struct Figure {
     name: &'static str,
-    path: &'static [&'static str],
+    of: fn(&CellResult) -> Option<f64>,
     better: Better,
     unit: Unit,
 }
@@ -40,79 +40,88 @@ struct Figure {
 const FIGURES: &[Figure] = &[
     Figure {
         name: "ops/s",
-        path: &["load", "ops_per_s"],
+        of: |c| Some(c.load.as_ref()?.ops_per_s),
         better: Better::Higher,
         unit: Unit::PerSecond,
     },
     Figure {
         name: "writes/s",
-        path: &["load", "writes_per_s"],
+        of: |c| Some(c.load.as_ref()?.writes_per_s),
         better: Better::Higher,
         unit: Unit::PerSecond,
     },
     Figure {
         name: "reads/s",
-        path: &["load", "reads_per_s"],
+        of: |c| Some(c.load.as_ref()?.reads_per_s),
         better: Better::Higher,
         unit: Unit::PerSecond,
     },
     Figure {
         name: "p50",
-        path: &["load", "latency_us", "p50"],
+        of: |c| Some(c.load.as_ref()?.latency_us.as_ref()?.p50 as f64),
         better: Better::Lower,
         unit: Unit::Micros,
     },
     Figure {
         name: "p99",
-        path: &["load", "latency_us", "p99"],
+        of: |c| Some(c.load.as_ref()?.latency_us.as_ref()?.p99 as f64),
         better: Better::Lower,
         unit: Unit::Micros,
     },
     Figure {
         name: "p99.9",
-        path: &["load", "latency_us", "p999"],
+        of: |c| Some(c.load.as_ref()?.latency_us.as_ref()?.p999 as f64),
         better: Better::Lower,
         unit: Unit::Micros,
     },
     Figure {
         name: "peak RSS",
-        path: &["memory", "peak_rss_bytes"],
+        of: |c| bytes(c.memory.peak_rss_bytes),
         better: Better::Lower,
         unit: Unit::Bytes,
     },
     Figure {
         name: "steady RSS",
-        path: &["memory", "rss", "steady"],
+        of: |c| c.memory.rss.steady,
         better: Better::Lower,
         unit: Unit::Bytes,
     },
     Figure {
         name: "peak cgroup",
-        path: &["memory", "peak_cgroup_bytes"],
+        of: |c| bytes(c.memory.peak_cgroup_bytes),
         better: Better::Lower,
         unit: Unit::Bytes,
     },
     Figure {
         name: "peak disk",
-        path: &["memory", "peak_disk_bytes"],
+        of: |c| bytes(c.memory.peak_disk_bytes),
         better: Better::Lower,
         unit: Unit::Bytes,
     },
 ];
 
+/// Bytes: none measured reads as 0, shown as `-`.
+fn bytes(b: u64) -> Option<f64> {
+    (b > 0).then_some(b as f64)
+}
+
 /// Counts where any increase is a regression, whatever the threshold.
-const COUNTS: &[(&str, &[&str])] = &[
-    ("lost writes", &["integrity", "lost"]),
-    ("corrupted writes", &["integrity", "corrupted"]),
-    ("resurrected deletes", &["integrity", "resurrected"]),
-    ("OOM kills", &["memory", "oom_kills"]),
-    ("load errors", &["load", "errors"]),
+type Count = (&'static str, fn(&CellResult) -> Option<f64>);
+
+const COUNTS: &[Count] = &[
+    ("lost writes", |c| Some(c.integrity.lost as f64)),
+    ("corrupted writes", |c| Some(c.integrity.corrupted as f64)),
+    ("resurrected deletes", |c| {
+        Some(c.integrity.resurrected as f64)
+    }),
+    ("OOM kills", |c| Some(c.memory.oom_kills as f64)),
+    ("load errors", |c| Some(c.load.as_ref()?.errors as f64)),
 ];
 
 /// A summary.json that was read, and where from.
 pub struct Run {
     pub path: PathBuf,
-    pub summary: Value,
+    pub summary: Summary,
 }
 
 /// Reads a run: its folder (holding `summary.json`) or the file itself.
@@ -128,14 +137,8 @@ pub fn load(path: &Path) -> Result<Run, String> {
             file.display()
         )
     })?;
-    let summary: Value = serde_json::from_str(&text)
+    let summary: Summary = serde_json::from_str(&text)
         .map_err(|e| format!("{}: not a soak summary: {e}", file.display()))?;
-    if summary.get("cells").and_then(Value::as_array).is_none() {
-        return Err(format!(
-            "{}: not a soak summary (no `cells`)",
-            file.display()
-        ));
-    }
     Ok(Run {
         path: file,
         summary,
@@ -178,12 +181,6 @@ impl Comparison {
     }
 }
 
-fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
-    path.iter()
-        .try_fold(v, |v, k| v.get(*k))
-        .filter(|v| !v.is_null())
-}
-
 fn show(v: f64, unit: Unit) -> String {
     match unit {
         Unit::PerSecond => format!("{v:.0}"),
@@ -194,85 +191,56 @@ fn show(v: f64, unit: Unit) -> String {
     }
 }
 
-/// How bad a verdict is, for "did it get worse".
-fn rank(verdict: &str) -> u8 {
-    match verdict {
-        "pass" => 0,
-        "warn" => 1,
-        "fail" => 2,
-        _ => 3,
-    }
-}
-
 /// Compares every cell both runs have. `threshold` is the relative change
 /// (0.1 = 10%) beyond which a figure counts as a regression or an
 /// improvement; counts (lost writes, OOM kills...) regress on any increase.
-pub fn compare(base: &Value, head: &Value, threshold: f64) -> Comparison {
-    let cells = |s: &Value| -> Vec<Value> {
-        s.get("cells")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
-    };
-    let id = |c: &Value| {
-        c.get("id")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    let (b_cells, h_cells) = (cells(base), cells(head));
+pub fn compare(base: &Summary, head: &Summary, threshold: f64) -> Comparison {
     let mut rows = vec![];
-    for h in &h_cells {
-        let Some(b) = b_cells.iter().find(|b| id(b) == id(h)) else {
-            continue;
-        };
-        compare_cell(&id(h), b, h, threshold, &mut rows);
+    for h in &head.cells {
+        if let Some(b) = base.cells.iter().find(|b| b.id == h.id) {
+            compare_cell(b, h, threshold, &mut rows);
+        }
     }
-    let ids = |v: &[Value]| v.iter().map(id).collect::<Vec<_>>();
-    let (b_ids, h_ids) = (ids(&b_cells), ids(&h_cells));
+    let only = |a: &Summary, b: &Summary| -> Vec<String> {
+        a.cells
+            .iter()
+            .filter(|c| !b.cells.iter().any(|o| o.id == c.id))
+            .map(|c| c.id.clone())
+            .collect()
+    };
     Comparison {
         rows,
-        only_base: b_ids
-            .iter()
-            .filter(|i| !h_ids.contains(i))
-            .cloned()
-            .collect(),
-        only_head: h_ids
-            .iter()
-            .filter(|i| !b_ids.contains(i))
-            .cloned()
-            .collect(),
+        only_base: only(base, head),
+        only_head: only(head, base),
     }
 }
 
-fn compare_cell(cell: &str, b: &Value, h: &Value, threshold: f64, rows: &mut Vec<Row>) {
+fn judge_verdicts(b: Verdict, h: Verdict) -> Judgement {
+    match h.cmp(&b) {
+        std::cmp::Ordering::Greater => Judgement::Regression,
+        std::cmp::Ordering::Less => Judgement::Improvement,
+        std::cmp::Ordering::Equal => Judgement::Same,
+    }
+}
+
+fn compare_cell(b: &CellResult, h: &CellResult, threshold: f64, rows: &mut Vec<Row>) {
     let row = |what: &str, base: String, head: String, change, judgement| Row {
-        cell: cell.to_string(),
+        cell: h.id.clone(),
         what: what.to_string(),
         base,
         head,
         change,
         judgement,
     };
-    let verdict = |c: &Value| {
-        c.get("verdict")
-            .and_then(Value::as_str)
-            .unwrap_or("?")
-            .to_string()
-    };
-    let (bv, hv) = (verdict(b), verdict(h));
-    let judgement = match rank(&hv).cmp(&rank(&bv)) {
-        std::cmp::Ordering::Greater => Judgement::Regression,
-        std::cmp::Ordering::Less => Judgement::Improvement,
-        std::cmp::Ordering::Equal => Judgement::Same,
-    };
-    rows.push(row("verdict", bv, hv, None, judgement));
-
-    for (name, path) in COUNTS {
-        let (x, y) = (
-            at(b, path).and_then(Value::as_f64),
-            at(h, path).and_then(Value::as_f64),
-        );
+    rows.push(row(
+        "verdict",
+        b.verdict.to_string(),
+        h.verdict.to_string(),
+        None,
+        judge_verdicts(b.verdict, h.verdict),
+    ));
+    for (name, of) in COUNTS {
+        let (x, y) = (of(b), of(h));
         if x.is_none() && y.is_none() {
             continue;
         }
@@ -284,12 +252,8 @@ fn compare_cell(cell: &str, b: &Value, h: &Value, threshold: f64, rows: &mut Vec
         let s = |v: Option<f64>| v.map_or("-".into(), |v| show(v, Unit::Count));
         rows.push(row(name, s(x), s(y), None, judgement));
     }
-
     for f in FIGURES {
-        let (x, y) = (
-            at(b, f.path).and_then(Value::as_f64),
-            at(h, f.path).and_then(Value::as_f64),
-        );
+        let (x, y) = ((f.of)(b), (f.of)(h));
         if x.is_none() && y.is_none() {
             continue;
         }
@@ -299,8 +263,7 @@ fn compare_cell(cell: &str, b: &Value, h: &Value, threshold: f64, rows: &mut Vec
         };
         let judgement = match change {
             Some(c) if c.abs() > threshold => {
-                let worse = (c > 0.0) == (f.better == Better::Lower);
-                if worse {
+                if (c > 0.0) == (f.better == Better::Lower) {
                     Judgement::Regression
                 } else {
                     Judgement::Improvement
@@ -311,37 +274,18 @@ fn compare_cell(cell: &str, b: &Value, h: &Value, threshold: f64, rows: &mut Vec
         let s = |v: Option<f64>| v.map_or("-".into(), |v| show(v, f.unit));
         rows.push(row(f.name, s(x), s(y), change, judgement));
     }
-
     // Checks by name: one that passed and now fails is a regression even
     // where no figure above moved (a user's own check, an exec's regex).
-    let checks = |c: &Value| -> Vec<(String, String)> {
-        c.get("checks")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|k| {
-                Some((
-                    k.get("name")?.as_str()?.to_string(),
-                    k.get("verdict")?.as_str()?.to_string(),
-                ))
-            })
-            .collect()
-    };
-    let bc = checks(b);
-    for (name, hv) in checks(h) {
-        let Some((_, bv)) = bc.iter().find(|(n, _)| *n == name) else {
+    for hc in &h.checks {
+        let Some(bc) = b.checks.iter().find(|c| c.name == hc.name) else {
             continue;
         };
-        if rank(&hv) != rank(bv) {
-            let judgement = if rank(&hv) > rank(bv) {
-                Judgement::Regression
-            } else {
-                Judgement::Improvement
-            };
+        let judgement = judge_verdicts(bc.verdict, hc.verdict);
+        if judgement != Judgement::Same {
             rows.push(row(
-                &format!("check {name}"),
-                bv.clone(),
-                hv,
+                &format!("check {}", hc.name),
+                bc.verdict.to_string(),
+                hc.verdict.to_string(),
                 None,
                 judgement,
             ));
@@ -353,11 +297,13 @@ fn compare_cell(cell: &str, b: &Value, h: &Value, threshold: f64, rows: &mut Vec
 /// improvements, then every figure in a folded table.
 pub fn markdown(base: &Run, head: &Run, cmp: &Comparison, threshold: f64) -> String {
     let field = |r: &Run, k: &str| {
-        r.summary
-            .get(k)
-            .and_then(Value::as_str)
-            .unwrap_or("?")
-            .to_string()
+        let s = &r.summary;
+        match k {
+            "suite" => s.suite.clone(),
+            "run_id" => s.run_id.clone(),
+            "started_at" => s.started_at.clone(),
+            _ => s.soak_version.clone(),
+        }
     };
     let mut md = String::new();
     let _ = writeln!(
@@ -452,14 +398,15 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn run(lost: u64, p99: u64, rss: u64, verdict: &str) -> Value {
-        json!({"suite": "s", "cells": [{
+    fn run(lost: u64, p99: u64, rss: u64, verdict: &str) -> Summary {
+        serde_json::from_value(json!({"suite": "s", "verdict": verdict, "cells": [{
             "id": "a", "verdict": verdict,
             "integrity": {"lost": lost, "corrupted": 0},
             "memory": {"peak_rss_bytes": rss, "oom_kills": 0},
             "load": {"ops_per_s": 1000.0, "errors": 0, "latency_us": {"p99": p99}},
             "checks": [{"name": "lost_writes", "verdict": verdict}]
-        }]})
+        }]}))
+        .expect("an old, sparse summary still loads")
     }
 
     fn judged(c: &Comparison, what: &str) -> Judgement {
@@ -491,7 +438,7 @@ mod tests {
     #[test]
     fn cells_are_matched_by_id_and_the_unmatched_named() {
         let mut head = run(0, 1000, 100, "pass");
-        head["cells"][0]["id"] = json!("b");
+        head.cells[0].id = "b".into();
         let c = compare(&run(0, 1000, 100, "pass"), &head, 0.1);
         assert!(c.rows.is_empty());
         assert_eq!(

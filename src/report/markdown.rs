@@ -204,6 +204,20 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
     if !c.restarts.is_empty() {
         restarts(w, &c.restarts)?;
     }
+    load_line(w, c)?;
+    upgrades_table(w, c)?;
+    data_dirs(w, c)?;
+    phase_loads(w, c)?;
+    phases_table(w, c)?;
+    if !c.files.is_empty() {
+        let f: Vec<String> = c.files.iter().map(|(k, v)| format!("[{k}]({v})")).collect();
+        writeln!(w, "Files: {}\n", f.join(", "))?;
+    }
+    Ok(())
+}
+
+/// The load of the whole cell: rates, counts, latency percentiles.
+fn load_line(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
     if let Some(l) = &c.load {
         writeln!(
             w,
@@ -231,6 +245,11 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
             ms(l, |l| l.max),
         )?;
     }
+    Ok(())
+}
+
+/// Every upgrade and downgrade: outcome, readiness, read-back.
+fn upgrades_table(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
     if !c.upgrades.is_empty() {
         writeln!(w, "| version change | at | outcome | ready after | as expected | lost | corrupted | in doubt |\n|---|---:|---|---:|---:|---:|---:|---:|")?;
         for u in &c.upgrades {
@@ -262,104 +281,118 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
         }
         writeln!(w)?;
     }
-    #[cfg(feature = "node")]
-    {
-        let groups = |i: &crate::model::Inspection| {
-            let v: Vec<String> = i
-                .compression
-                .iter()
-                .map(|(c, g)| format!("{c} {} ({} files)", Bytes(g.bytes), g.files))
-                .collect();
-            if v.is_empty() {
-                "no SST files".to_string()
-            } else {
-                v.join(", ")
-            }
-        };
-        for u in &c.upgrades {
-            if let (Some(b), Some(a)) = (&u.before, &u.after) {
-                writeln!(
-                    w,
-                    "**{} {} -> {}, the data directory:** before (RocksDB {}, {}): {}; {}. After (RocksDB {}, {}): {}.",
-                    u.kind,
-                    u.from,
-                    u.to,
-                    b.rocksdb_version.as_deref().unwrap_or("?"),
-                    Bytes(b.size_bytes),
-                    groups(b),
-                    b.corruption.as_deref().unwrap_or("every block's checksum verified"),
-                    a.rocksdb_version.as_deref().unwrap_or("?"),
-                    Bytes(a.size_bytes),
-                    groups(a),
-                )?;
-                // Values that differ first: options one version's file has
-                // and the other's lacks are mostly new defaults, named only.
-                let changed: Vec<String> = u
-                    .options_changed
-                    .iter()
-                    .filter_map(|(k, x, y)| {
-                        Some(format!("`{k}` {} -> {}", x.as_ref()?, y.as_ref()?))
-                    })
-                    .collect();
-                let only = |new: bool| -> Vec<String> {
-                    u.options_changed
-                        .iter()
-                        .filter(|(_, x, y)| x.is_none() == new && y.is_none() != new)
-                        .map(|(k, _, _)| format!("`{k}`"))
-                        .collect()
-                };
-                if !changed.is_empty() {
-                    write!(
-                        w,
-                        " Options changed ({}): {}.",
-                        changed.len(),
-                        changed.join("; ")
-                    )?;
-                }
-                for (names, which) in [(only(true), "new in"), (only(false), "gone from")] {
-                    if !names.is_empty() {
-                        write!(
-                            w,
-                            " {} options {which} the OPTIONS file after: {}{}.",
-                            names.len(),
-                            names.iter().take(8).cloned().collect::<Vec<_>>().join(", "),
-                            if names.len() > 8 { ", ..." } else { "" }
-                        )?;
-                    }
-                }
-                writeln!(w)?;
-            }
-        }
-        for o in &c.offline {
-            let i = &o.inspection;
-            let levels: Vec<String> = i
-                .levels
-                .iter()
-                .map(|(l, g)| format!("{l} {} files {}", g.files, Bytes(g.bytes)))
-                .collect();
-            let keys: Vec<String> = i
-                .keys
-                .iter()
-                .map(|(cf, n)| format!("{n} in {cf}"))
-                .collect();
-            let judged = i
-                .integrity
-                .as_ref()
-                .map(|x| format!("; against the ledger: {x}"))
-                .unwrap_or_default();
+    Ok(())
+}
+
+/// SST files by compression: `Snappy 1.2 MiB (3 files), ...`.
+fn sst_groups(i: &crate::model::Inspection) -> String {
+    let v: Vec<String> = i
+        .compression
+        .iter()
+        .map(|(c, g)| format!("{c} {} ({} files)", Bytes(g.bytes), g.files))
+        .collect();
+    if v.is_empty() {
+        "no SST files".to_string()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// The data directory before and after each swap of versions, and what
+/// each `verify: offline` found in it.
+fn data_dirs(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
+    for u in &c.upgrades {
+        if let (Some(b), Some(a)) = (&u.before, &u.after) {
             writeln!(
                 w,
-                "**Offline verification at {:.1} s** (RocksDB {} wrote it; {}): {}; keys: {}{judged}; SSTs {}; by level: {}.\n",
-                o.at_s,
-                i.rocksdb_version.as_deref().unwrap_or("?"),
-                Bytes(i.size_bytes),
-                i.corruption.as_deref().unwrap_or("every block's checksum verified"),
-                keys.join(", "),
-                groups(i),
-                levels.join(", ")
+                "**{} {} -> {}, the data directory:** before (RocksDB {}, {}): {}; {}. After (RocksDB {}, {}): {}.",
+                u.kind,
+                u.from,
+                u.to,
+                b.rocksdb_version.as_deref().unwrap_or("?"),
+                Bytes(b.size_bytes),
+                sst_groups(b),
+                b.corruption.as_deref().unwrap_or("every block's checksum verified"),
+                a.rocksdb_version.as_deref().unwrap_or("?"),
+                Bytes(a.size_bytes),
+                sst_groups(a),
             )?;
+            // Values that differ first: options one version's file has
+            // and the other's lacks are mostly new defaults, named only.
+            let changed: Vec<String> = u
+                .options_changed
+                .iter()
+                .filter_map(|(k, x, y)| Some(format!("`{k}` {} -> {}", x.as_ref()?, y.as_ref()?)))
+                .collect();
+            let only = |new: bool| -> Vec<String> {
+                u.options_changed
+                    .iter()
+                    .filter(|(_, x, y)| x.is_none() == new && y.is_none() != new)
+                    .map(|(k, _, _)| format!("`{k}`"))
+                    .collect()
+            };
+            if !changed.is_empty() {
+                write!(
+                    w,
+                    " Options changed ({}): {}.",
+                    changed.len(),
+                    changed.join("; ")
+                )?;
+            }
+            for (names, which) in [(only(true), "new in"), (only(false), "gone from")] {
+                if !names.is_empty() {
+                    write!(
+                        w,
+                        " {} options {which} the OPTIONS file after: {}{}.",
+                        names.len(),
+                        names.iter().take(8).cloned().collect::<Vec<_>>().join(", "),
+                        if names.len() > 8 { ", ..." } else { "" }
+                    )?;
+                }
+            }
+            writeln!(w)?;
         }
     }
+    offline_lines(w, c)?;
+    Ok(())
+}
+
+/// Each `verify: offline`.
+fn offline_lines(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
+    for o in &c.offline {
+        let i = &o.inspection;
+        let levels: Vec<String> = i
+            .levels
+            .iter()
+            .map(|(l, g)| format!("{l} {} files {}", g.files, Bytes(g.bytes)))
+            .collect();
+        let keys: Vec<String> = i
+            .keys
+            .iter()
+            .map(|(cf, n)| format!("{n} in {cf}"))
+            .collect();
+        let judged = i
+            .integrity
+            .as_ref()
+            .map(|x| format!("; against the ledger: {x}"))
+            .unwrap_or_default();
+        writeln!(
+            w,
+            "**Offline verification at {:.1} s** (RocksDB {} wrote it; {}): {}; keys: {}{judged}; SSTs {}; by level: {}.\n",
+            o.at_s,
+            i.rocksdb_version.as_deref().unwrap_or("?"),
+            Bytes(i.size_bytes),
+            i.corruption.as_deref().unwrap_or("every block's checksum verified"),
+            keys.join(", "),
+            sst_groups(i),
+            levels.join(", ")
+        )?;
+    }
+    Ok(())
+}
+
+/// The load of each phase that had one.
+fn phase_loads(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
     let loaded: Vec<_> = c
         .phases
         .iter()
@@ -392,6 +425,11 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
         }
         writeln!(w)?;
     }
+    Ok(())
+}
+
+/// Every phase, folded: when, the data directory after it, its outcome.
+fn phases_table(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
     if !c.phases.is_empty() {
         writeln!(w, "<details><summary>Phases</summary>\n\n| phase | from | to | data directory after | outcome |\n|---|---:|---:|---:|---|")?;
         for p in &c.phases {
@@ -408,10 +446,6 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
             )?;
         }
         writeln!(w, "\n</details>\n")?;
-    }
-    if !c.files.is_empty() {
-        let f: Vec<String> = c.files.iter().map(|(k, v)| format!("[{k}]({v})")).collect();
-        writeln!(w, "Files: {}\n", f.join(", "))?;
     }
     Ok(())
 }

@@ -193,7 +193,7 @@ pub fn merge(dirs: &[PathBuf], out: Option<&Path>) -> Result<(Summary, PathBuf),
             .map(|i| format!("{i}/{n}"))
             .collect();
     }
-    merged.verdict = worst(merged.cells.iter().map(|c| c.verdict));
+    merged.verdict = Verdict::of_run(merged.cells.iter().map(|c| c.verdict));
     if !merged.missing_shards.is_empty() && merged.verdict == Verdict::Pass {
         // A report that is missing cells cannot say the suite passed.
         merged.verdict = Verdict::Error;
@@ -201,20 +201,6 @@ pub fn merge(dirs: &[PathBuf], out: Option<&Path>) -> Result<(Summary, PathBuf),
     super::write_all(&out, &merged, &charts)
         .map_err(|e| env(format!("cannot write the report in {}: {e}", out.display())))?;
     Ok((merged, out))
-}
-
-fn worst(verdicts: impl Iterator<Item = Verdict>) -> Verdict {
-    let rank = |v: Verdict| match v {
-        Verdict::Pass | Verdict::Warn => 0,
-        Verdict::Fail => 1,
-        Verdict::Error => 2,
-    };
-    let worst = verdicts.max_by_key(|v| rank(*v)).unwrap_or(Verdict::Pass);
-    if worst == Verdict::Warn {
-        Verdict::Pass
-    } else {
-        worst
-    }
 }
 
 /// `to` as seen from `from` (both absolute): `../shard-2`.
