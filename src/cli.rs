@@ -169,11 +169,25 @@ pub fn main() -> i32 {
         Command::Validate { suites } => {
             let mut code = exit::PASS;
             for s in suites {
-                match Suite::load(&s) {
-                    Ok(suite) => println!(
-                        "{}: ok ({}, {} phases)",
+                // Every cell resolved as a run resolves it (placeholder
+                // ports and folders): validation and running cannot disagree.
+                let planned = Suite::load(&s)
+                    .map_err(|e| e.to_string())
+                    .and_then(|suite| {
+                        let ctx = crate::plan::RunContext::for_validation(&s);
+                        let cells = suite.cells();
+                        for (i, c) in cells.iter().enumerate() {
+                            crate::plan::resolve(&suite, c, i, &ctx)
+                                .map_err(|e| format!("{}: cell {}: {e}", s.display(), c.id))?;
+                        }
+                        Ok((suite, cells.len()))
+                    });
+                match planned {
+                    Ok((suite, cells)) => println!(
+                        "{}: ok ({}, {cells} cell{}, {} phases)",
                         s.display(),
                         suite.name,
+                        if cells == 1 { "" } else { "s" },
                         suite.phases.len()
                     ),
                     Err(e) => {

@@ -147,6 +147,7 @@ impl Progress {
             index: plan.index,
             started: Some(Instant::now()),
             limit: plan.limits.memory,
+            last_ops: Some((Instant::now(), 0)),
             load,
             target: Some(target),
             ..CellState::default()

@@ -335,6 +335,9 @@ impl Jsonl {
 #[derive(Serialize)]
 struct Line<'a> {
     t: f64,
+    /// Wall-clock time (Unix seconds), to line events up with the node's
+    /// own log and other machines' clocks.
+    unix_s: f64,
     cell: &'a str,
     #[serde(flatten)]
     event: &'a Event,
@@ -346,8 +349,13 @@ impl Sink for Jsonl {
         if !e.durable() {
             return;
         }
+        let unix_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
         let line = Line {
             t: (t * 1000.0).round() / 1000.0,
+            unix_s: (unix_s * 1e6).round() / 1e6,
             cell,
             event: e,
             detail: e.text(),
