@@ -212,42 +212,34 @@ fn assert_nothing_left(run: &Run) {
 fn smoke_suite_passes_shortened() {
     let run = soak_run("suites/smoke.yaml", &["--duration-scale", "0.2"]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
-    let s = run.summary();
-    assert_eq!(s["schema_version"], 1);
-    assert_eq!(s["suite"], "smoke");
-    assert_eq!(s["verdict"], "pass");
-    let c = run.cell();
-    assert_eq!(c["verdict"], "pass");
-    let i = &c["integrity"];
-    assert!(i["acknowledged"].as_u64().unwrap() > 1000, "{i}");
-    assert!(i["verified"].as_u64().unwrap() > 1000, "{i}");
-    assert_eq!(i["lost"], 0);
-    assert_eq!(i["corrupted"], 0);
-    let restarts = c["restarts"].as_array().unwrap();
-    assert_eq!(restarts.len(), 2, "{restarts:?}");
+    let s = run.model();
+    assert_eq!(s.schema_version, 1);
+    assert_eq!(s.suite, "smoke");
+    assert_eq!(s.verdict, Verdict::Pass);
+    let c = &s.cells[0];
+    assert_eq!(c.verdict, Verdict::Pass);
+    let i = &c.integrity;
+    assert!(i.acknowledged > 1000, "{i:?}");
+    assert!(i.verified > 1000, "{i:?}");
+    assert_eq!((i.lost, i.corrupted), (0, 0));
     // A planned kill and a planned stop, not chaos.
-    assert_eq!(restarts[0]["reason"], "kill");
-    assert_eq!(restarts[1]["reason"], "stop");
+    let reasons: Vec<Cause> = c.restarts.iter().map(|r| r.reason).collect();
+    assert_eq!(reasons, [Cause::Kill, Cause::Stop]);
     // The node's cgroup, with the kernel's own counters.
-    let cg = &c["cgroup"];
-    assert!(cg["path"].as_str().unwrap().contains("soak-"), "{cg}");
-    assert_eq!(cg["oom_kills"], 0);
+    let cg = c.cgroup.as_ref().expect("the node's cgroup");
+    assert!(cg.path.contains("soak-"), "{cg:?}");
+    assert_eq!(cg.oom_kills, 0);
     // Too short a run to project anything to the limit.
-    assert!(
-        c["memory"]["rss"]["hours_to_limit"].is_null(),
-        "{}",
-        c["memory"]
-    );
-    assert!(c["memory"]["peak_rss_bytes"].as_u64().unwrap() > 1 << 20);
-    assert!(c["memory"]["peak_cgroup_bytes"].as_u64().unwrap() > 1 << 20);
-    assert_eq!(c["memory"]["limit_bytes"], 256 << 20);
+    let m = &c.memory;
+    assert!(m.rss.hours_to_limit.is_none(), "{m:?}");
+    assert!(m.peak_rss_bytes > 1 << 20);
+    assert!(m.peak_cgroup_bytes > 1 << 20);
+    assert_eq!(m.limit_bytes, Some(256 << 20));
     for name in ["lost_writes", "corrupted_writes", "oom_kills"] {
         assert!(
-            c["checks"]
-                .as_array()
-                .unwrap()
+            c.checks
                 .iter()
-                .any(|k| k["name"] == name && k["verdict"] == "pass"),
+                .any(|k| k.name == name && k.verdict == Verdict::Pass),
             "{name}"
         );
     }
@@ -262,14 +254,10 @@ fn smoke_suite_passes_shortened() {
         .unwrap()
         .contains("soak-node ready"));
     // The node's Prometheus endpoint was scraped all along, every series kept.
-    let scrapes = &c["memory"]["scrapes"];
-    assert!(scrapes["ok"].as_u64().unwrap() >= 3, "{scrapes}");
-    assert!(scrapes["series"].as_u64().unwrap() > 50, "{scrapes}");
-    assert!(
-        c["memory"]["fragmentation"].as_f64().unwrap() > 1.0,
-        "{}",
-        c["memory"]
-    );
+    let scrapes = m.scrapes.as_ref().expect("scrapes");
+    assert!(scrapes.ok >= 3, "{scrapes:?}");
+    assert!(scrapes.series > 50, "{scrapes:?}");
+    assert!(m.fragmentation.unwrap() > 1.0, "{m:?}");
     let metrics = std::fs::read_to_string(cell_dir.join("metrics.csv")).unwrap();
     assert!(
         metrics
