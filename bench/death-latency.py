@@ -26,18 +26,21 @@ def nth(kind, k, timeout=30):
         if len(seen) >= k:
             return seen[k - 1]
         time.sleep(0.005)
-    sys.exit(f"no {kind} event {k} within {timeout} s")
+    raise SystemExit(f"no {kind} event {k} within {timeout} s")
 
 lat = []
-for i in range(1, n + 1):
-    ready = nth("ready", i)
-    time.sleep(0.2)
-    t0 = time.time()
-    os.kill(ready["pid"], signal.SIGKILL)
-    died = nth("died", i)
-    lat.append((died["unix_s"] - t0) * 1000)
-soak.send_signal(signal.SIGINT)
-soak.wait()
+try:
+    for i in range(1, n + 1):
+        ready = nth("ready", i)
+        time.sleep(0.2)
+        t0 = time.time()
+        os.kill(ready["pid"], signal.SIGKILL)
+        died = nth("died", i)
+        lat.append((died["unix_s"] - t0) * 1000)
+finally:
+    # Whatever happened, soak stops its node and removes its cgroup.
+    soak.send_signal(signal.SIGINT)
+    soak.wait()
 lat.sort()
 print(f"{n} SIGKILLs: death recorded after median {lat[n // 2]:.2f} ms, "
       f"max {lat[-1]:.2f} ms (min {lat[0]:.2f} ms)")
