@@ -499,9 +499,7 @@ async fn run_cell(
         cgroup,
         oom_kills,
     };
-    let result = assemble(suite, plan, outcome.err(), &mut bus, measured);
-    let chart = result.1;
-    Ok((result.0, chart))
+    Ok(assemble(suite, plan, outcome.err(), &mut bus, measured))
 }
 
 /// What the cell measured besides its records.
@@ -563,7 +561,8 @@ fn assemble(
     m: CellMeasures,
 ) -> (CellResult, Vec<(f64, u64)>) {
     let memory = memory_summary(plan, &m);
-    let rec: Recorder = bus.recorder.clone();
+    // The records are complete: the cell's events are over but its verdict.
+    let rec: Recorder = std::mem::take(&mut bus.recorder);
     let mut integrity: Integrity = rec.integrity;
     integrity.acknowledged = m
         .load

@@ -190,14 +190,6 @@ impl CellResult {
             ..CellResult::default()
         }
     }
-
-    /// Crashes: deaths soak did not cause that were not OOM kills.
-    pub fn crashes(&self) -> u64 {
-        self.restarts
-            .iter()
-            .filter(|r| r.reason == Cause::Crash)
-            .count() as u64
-    }
 }
 
 /// The node's cgroup: where it was, and the kernel's own counters, read
