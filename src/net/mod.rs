@@ -2,3 +2,4 @@
 //! The bottom layer: nothing of soak's below it.
 
 pub mod http;
+pub mod resp;

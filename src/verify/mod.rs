@@ -9,10 +9,11 @@ pub mod saved;
 
 use std::time::{Duration, Instant};
 
-use redis::AsyncConnectionConfig;
+use crate::net::resp::{Client, Value};
 
 pub use crate::model::Integrity;
 use crate::model::LostWrite;
+use crate::workload::encode_mget;
 use crate::workload::ledger::{KeyVerdict, Ledger};
 
 /// Keys per MGET.
@@ -61,36 +62,41 @@ pub async fn online(
         target: target.to_string(),
         reason,
     };
-    let client =
-        redis::Client::open(format!("redis://{target}/")).map_err(|e| fail(e.to_string()))?;
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(5)))
-        .set_response_timeout(Some(timeout.max(Duration::from_secs(10))));
-    let mut con = client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .map_err(|e| fail(e.to_string()))?;
+    let mut con = Client::connect(
+        target,
+        Duration::from_secs(5),
+        timeout.max(Duration::from_secs(10)),
+    )
+    .await
+    .map_err(|e| fail(e.to_string()))?;
     let keys: Vec<usize> = (0..ledger.keys())
         .filter(|k| ledger.is_touched(*k))
         .collect();
     let mut out = Integrity::default();
     let mut first_lost = None;
     let mut last_report = Instant::now();
+    let mut wbuf = Vec::new();
     for group in keys.chunks(BATCH * PIPELINE) {
         let batches: Vec<&[usize]> = group.chunks(BATCH).collect();
-        let replies = futures::future::join_all(batches.iter().map(|batch| {
-            let mut con = con.clone();
-            let names: Vec<String> = batch.iter().map(|k| Ledger::key_name(*k)).collect();
-            async move {
-                redis::cmd("MGET")
-                    .arg(&names)
-                    .query_async::<Vec<Option<Vec<u8>>>>(&mut con)
-                    .await
-            }
-        }))
-        .await;
+        wbuf.clear();
+        for batch in &batches {
+            encode_mget(&mut wbuf, batch);
+        }
+        let replies = con
+            .pipeline(&wbuf, batches.len())
+            .await
+            .map_err(|e| fail(e.to_string()))?;
         for (batch, reply) in batches.iter().zip(replies) {
-            let values = reply.map_err(|e| fail(e.to_string()))?;
+            let values = match reply {
+                Value::Array(Some(values)) => values,
+                Value::Error(e) => {
+                    return Err(fail(format!(
+                        "MGET answered {:?}",
+                        String::from_utf8_lossy(&e)
+                    )))
+                }
+                other => return Err(fail(format!("MGET answered {other:?}"))),
+            };
             if values.len() != batch.len() {
                 return Err(fail(format!(
                     "MGET of {} keys returned {} values",
@@ -120,7 +126,6 @@ pub async fn online(
             );
             last_report = Instant::now();
         }
-        let _ = &mut con;
     }
     progress(keys.len(), keys.len());
     Ok(ReadBack {

@@ -329,9 +329,7 @@ pub fn inspect_with(
                             if let (Some(l), Some(seen), true) = (ledger, seen, judge_here) {
                                 if let Some(k) = it
                                     .key()
-                                    .and_then(|k| k.strip_prefix(b"soak:"))
-                                    .and_then(|k| std::str::from_utf8(k).ok())
-                                    .and_then(|k| k.parse::<usize>().ok())
+                                    .and_then(Ledger::parse_key)
                                     .filter(|k| *k < l.keys())
                                 {
                                     seen[k].store(true, Relaxed);

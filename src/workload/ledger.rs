@@ -211,8 +211,29 @@ impl Ledger {
         self.origin = origin;
     }
 
+    /// The one key format: key `k` is `soak:K` on the wire and on disk.
+    pub const KEY_PREFIX: &'static [u8] = b"soak:";
+
     pub fn key_name(k: usize) -> String {
-        format!("soak:{k}")
+        let mut out = Vec::with_capacity(24);
+        Self::write_key(&mut out, k);
+        String::from_utf8(out).expect("ASCII")
+    }
+
+    /// Appends key `k`'s name to `out`.
+    pub fn write_key(out: &mut Vec<u8>, k: usize) {
+        use std::io::Write;
+        out.extend_from_slice(Self::KEY_PREFIX);
+        let _ = write!(out, "{k}");
+    }
+
+    /// The key number of a name in the one format, if it is one.
+    pub fn parse_key(name: &[u8]) -> Option<usize> {
+        let digits = name.strip_prefix(Self::KEY_PREFIX)?;
+        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(digits).ok()?.parse().ok()
     }
 
     /// Whether version `v` of key `k` is a SET or a DEL.
@@ -700,5 +721,15 @@ mod tests {
             l.acked_at(k, 40.0 + 32768.0 * 2.0 + 5.0),
             40.0 + 32768.0 * 2.0
         );
+    }
+
+    #[test]
+    fn a_key_name_reads_back_as_its_number_and_nothing_else_does() {
+        for k in [0, 7, 123_456] {
+            assert_eq!(Ledger::parse_key(Ledger::key_name(k).as_bytes()), Some(k));
+        }
+        for other in [&b"soak:"[..], b"soak:-1", b"soak:1x", b"key:1", b"soak: 1"] {
+            assert_eq!(Ledger::parse_key(other), None, "{other:?}");
+        }
     }
 }

@@ -10,7 +10,6 @@
 
 pub mod dist;
 pub mod ledger;
-pub mod resp;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -18,13 +17,12 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng};
-use redis::aio::MultiplexedConnection;
-use redis::AsyncConnectionConfig;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::net::resp;
 pub use ledger::Ledger;
 use ledger::WriteKind;
 
@@ -362,35 +360,40 @@ impl Engine {
                 let (cfg, ledger) = (self.cfg.clone(), self.ledger.clone());
                 let shared = self.shared.clone();
                 self.load.handle.spawn(async move {
-                    let conn = Conn::connector(&cfg);
-                    let Some(mut con) = conn.await else { return 0 };
+                    let Some(mut con) = Conn::connector(&cfg).await else {
+                        return 0;
+                    };
                     let keys: Vec<usize> = (i..cfg.keys).step_by(n).collect();
                     let mut acked = 0;
+                    let mut out = Vec::new();
                     for chunk in keys.chunks(PIPELINE) {
-                        let mut pipe = redis::pipe();
+                        out.clear();
+                        let mut key = Vec::with_capacity(24);
                         let versions: Vec<(usize, u32)> = chunk
                             .iter()
                             .map(|k| (*k, ledger.next_set_version(*k)))
                             .collect();
                         for (k, v) in &versions {
-                            pipe.cmd("SET")
-                                .arg(Ledger::key_name(*k))
-                                .arg(ledger.value(*k, *v))
-                                .ignore();
+                            key.clear();
+                            Ledger::write_key(&mut key, *k);
+                            resp::begin_set(&mut out, &key, ledger.value_len(*k, *v));
+                            ledger.value_into(*k, *v, &mut out);
+                            resp::end_bulk(&mut out);
                         }
-                        match pipe.query_async::<()>(&mut con).await {
-                            Ok(()) => {
-                                for (k, v) in versions {
-                                    ledger.ack(k, v);
-                                }
-                                acked += chunk.len() as u64;
-                                let mut sh = shared.lock().expect("stats lock");
-                                sh.total.fill_sets += chunk.len() as u64;
-                                sh.interval.fill_sets += chunk.len() as u64;
-                            }
-                            // In doubt: the ledger already says so.
-                            Err(_) => break,
+                        let replies = con.pipeline(&out, versions.len()).await;
+                        let all_ok = replies
+                            .is_ok_and(|r| r.iter().all(|v| !matches!(v, resp::Value::Error(_))));
+                        // Otherwise in doubt: the ledger already says so.
+                        if !all_ok {
+                            break;
                         }
+                        for (k, v) in versions {
+                            ledger.ack(k, v);
+                        }
+                        acked += chunk.len() as u64;
+                        let mut sh = shared.lock().expect("stats lock");
+                        sh.total.fill_sets += chunk.len() as u64;
+                        sh.interval.fill_sets += chunk.len() as u64;
                     }
                     acked
                 })
@@ -655,14 +658,21 @@ async fn writable(link: &Option<Link>) {
     }
 }
 
+/// Appends an MGET of `keys` (by number) to `out`.
+pub fn encode_mget(out: &mut Vec<u8>, keys: &[usize]) {
+    let mut key = Vec::with_capacity(24);
+    resp::array_header(out, keys.len() + 1);
+    resp::bulk_arg(out, b"MGET");
+    for k in keys {
+        key.clear();
+        Ledger::write_key(&mut key, *k);
+        resp::bulk_arg(out, &key);
+    }
+}
+
 impl Conn {
-    async fn connector(cfg: &LoadConfig) -> Option<MultiplexedConnection> {
-        let client = redis::Client::open(format!("redis://{}/", cfg.target)).ok()?;
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_response_timeout(Some(cfg.timeout));
-        client
-            .get_multiplexed_async_connection_with_config(&config)
+    async fn connector(cfg: &LoadConfig) -> Option<resp::Client> {
+        resp::Client::connect(&cfg.target, Duration::from_secs(1), cfg.timeout)
             .await
             .ok()
     }
@@ -699,24 +709,16 @@ impl Conn {
 
     /// Encodes a request into the link's write buffer and queues it.
     fn send(&self, link: &mut Link, request: Request, intended: Instant, now: Instant) {
-        use std::io::Write;
         let out = &mut link.wbuf;
         let mut key = Vec::with_capacity(24);
         let what = match request {
             Request::Get(k) => {
-                let _ = write!(key, "soak:{k}");
+                Ledger::write_key(&mut key, k);
                 resp::encode(out, [&b"GET"[..], &key].into_iter());
                 Sent::Get(k, self.ledger.snapshot(k))
             }
             Request::Mget(keys) => {
-                let _ = write!(out, "*{}\r\n$4\r\nMGET\r\n", keys.len() + 1);
-                for k in &keys {
-                    key.clear();
-                    let _ = write!(key, "soak:{k}");
-                    let _ = write!(out, "${}\r\n", key.len());
-                    out.extend_from_slice(&key);
-                    out.extend_from_slice(b"\r\n");
-                }
+                encode_mget(out, &keys);
                 Sent::Mget(
                     keys.into_iter()
                         .map(|k| (k, self.ledger.snapshot(k)))
@@ -724,7 +726,7 @@ impl Conn {
                 )
             }
             Request::Write(k) => {
-                let _ = write!(key, "soak:{k}");
+                Ledger::write_key(&mut key, k);
                 let v = self.ledger.next_version(k);
                 let kind = self.ledger.kind(k, v);
                 match kind {
