@@ -178,7 +178,7 @@ pub fn main() -> i32 {
                         let cells = suite.cells();
                         for (i, c) in cells.iter().enumerate() {
                             crate::plan::resolve(&suite, c, i, &ctx)
-                                .map_err(|e| format!("{}: cell {}: {e}", s.display(), c.id))?;
+                                .map_err(|e| e.located(&s, &c.id))?;
                         }
                         Ok((suite, cells.len()))
                     });

@@ -115,6 +115,28 @@ pub enum PlanError {
     Environment(String),
 }
 
+impl PlanError {
+    /// The error as the suite's author reads it: for a template, the file,
+    /// line and column of the field, then the field and the fix.
+    pub fn located(&self, file: &Path, cell: &str) -> String {
+        match self {
+            PlanError::Template { field, error } => {
+                let text = std::fs::read_to_string(file).unwrap_or_default();
+                let (line, column) = crate::suite::locate::position(&text, field).unwrap_or((0, 0));
+                crate::suite::SuiteError {
+                    file: file.into(),
+                    line,
+                    column,
+                    path: field.clone(),
+                    message: format!("{error} (cell {cell})"),
+                }
+                .to_string()
+            }
+            PlanError::Environment(e) => format!("{}: cell {cell}: {e}", file.display()),
+        }
+    }
+}
+
 struct Renderer<'a> {
     vars: &'a BTreeMap<String, String>,
 }
@@ -125,6 +147,16 @@ impl Renderer<'_> {
             field: field.into(),
             error,
         })
+    }
+
+    /// A template that must render to a URL soak can GET.
+    fn url(&self, field: &str, text: &str) -> Result<String, PlanError> {
+        let url = self.one(field, text)?;
+        crate::net::http::check_url(&url).map_err(|error| PlanError::Template {
+            field: field.into(),
+            error: format!("{error}, e.g. http://127.0.0.1:${{PORT}}/health"),
+        })?;
+        Ok(url)
     }
 
     fn argv(&self, field: &str, argv: &[String]) -> Result<Vec<String>, PlanError> {
@@ -185,7 +217,7 @@ fn probe(suite: &Suite, r: &Renderer) -> Result<Probe, PlanError> {
     } else if let Some(a) = &ready.tcp {
         Probe::Tcp(r.one("node.ready.tcp", a)?)
     } else if let Some(u) = &ready.http {
-        Probe::Http(r.one("node.ready.http", u)?)
+        Probe::Http(r.url("node.ready.http", u)?)
     } else if let Some(re) = &ready.log {
         Probe::Log(r.one("node.ready.log", re)?)
     } else if let Some(argv) = &ready.exec {
@@ -314,7 +346,7 @@ pub fn resolve(
         log: dir.join("node.log"),
     };
     let scrape = match &suite.node.metrics {
-        Some(m) => Some(r.one("node.metrics.prometheus", &m.prometheus)?),
+        Some(m) => Some(r.url("node.metrics.prometheus", &m.prometheus)?),
         None => None,
     };
     let warmup_s = suite

@@ -239,6 +239,9 @@ pub async fn run(
         }
         let ran = match plan::resolve(&suite, cell, index, &ctx) {
             Ok(p) => run_cell(&suite, &p, placement.as_ref(), interrupt.clone(), progress).await,
+            Err(PlanError::Template { field, error }) => Err(RunError::Usage(
+                PlanError::Template { field, error }.located(&opts.suite, &cell.id),
+            )),
             Err(e) => Err(e.into()),
         };
         match ran {

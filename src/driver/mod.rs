@@ -4,6 +4,7 @@
 
 pub mod allocator;
 pub mod cgroup;
+pub mod docker;
 pub mod process;
 
 use std::future::Future;

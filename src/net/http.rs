@@ -1,50 +1,153 @@
-//! The orchestrator's one HTTP client: readiness probes, Prometheus
-//! scrapes and the Docker engine's socket all go through [`get`].
+//! The orchestrator's one HTTP client, hyper's: readiness probes and
+//! Prometheus scrapes go through [`Http`]. Plain `http://` only: nodes
+//! serve their health and metrics on loopback (or a namespace of the run's
+//! own), and the Docker engine is reached through bollard, on the same
+//! hyper.
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::time::Duration;
 
-/// `http://HOST:PORT/PATH` split into the address and the path.
-pub fn http_parts(url: &str) -> Option<(String, String)> {
-    let rest = url.strip_prefix("http://")?;
-    let (host, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    let addr = if host.contains(':') {
-        host.to_string()
-    } else {
-        format!("{host}:80")
-    };
-    (!host.is_empty()).then(|| (addr, path.to_string()))
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper::Uri;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+/// A URL soak can GET: `http://HOST[:PORT][/PATH]`.
+pub fn check_url(url: &str) -> Result<Uri, String> {
+    let uri: Uri = url
+        .parse()
+        .map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(format!(
+            "{url:?}: give a plain http:// URL (https is not spoken to nodes)"
+        ));
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("{url:?}: no host"));
+    }
+    Ok(uri)
 }
 
-/// A GET answered with a 2xx status (HTTP/1.1, plain: nodes here listen on
-/// loopback).
-pub async fn get_ok(url: &str) -> bool {
-    let Some((addr, path)) = http_parts(url) else {
-        return false;
-    };
-    let Ok(mut s) = tokio::net::TcpStream::connect(addr.as_str()).await else {
-        return false;
-    };
-    let host = addr.split(':').next().unwrap_or("");
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    if s.write_all(req.as_bytes()).await.is_err() {
-        return false;
-    }
-    let mut buf = [0u8; 32];
-    let mut n = 0;
-    while n < 12 {
-        match s.read(&mut buf[n..]).await {
-            Ok(0) | Err(_) => break,
-            Ok(k) => n += k,
+/// What a GET brought back.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub body: Bytes,
+}
+
+/// A client that keeps its connection to a node between requests (a
+/// scraper asks every second). Used within the tokio runtime that made it.
+#[derive(Clone)]
+pub struct Http {
+    client: Client<HttpConnector, Empty<Bytes>>,
+}
+
+impl Default for Http {
+    fn default() -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        Http {
+            client: Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(30))
+                .pool_max_idle_per_host(1)
+                .build(connector),
         }
     }
-    // "HTTP/1.1 200 OK"
-    let line = String::from_utf8_lossy(&buf[..n]);
-    let mut parts = line.split_whitespace();
-    parts.next().is_some_and(|v| v.starts_with("HTTP/"))
-        && parts
-            .next()
-            .is_some_and(|code| code.starts_with('2') && code.len() == 3)
+}
+
+impl Http {
+    /// GET `url`, the whole body, within `timeout`.
+    pub async fn get(&self, url: &str, timeout: Duration) -> Result<Response, String> {
+        let uri = check_url(url)?;
+        let work = async {
+            let response = self
+                .client
+                .get(uri)
+                .await
+                .map_err(|e| format!("{url}: {}", super::error_chain(&e)))?;
+            let status = response.status().as_u16();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| format!("{url}: reading the body: {e}"))?
+                .to_bytes();
+            Ok(Response { status, body })
+        };
+        tokio::time::timeout(timeout, work)
+            .await
+            .map_err(|_| format!("{url}: no answer within {timeout:?}"))?
+    }
+}
+
+/// A GET answered with a 2xx status within 5 s: the `http` readiness probe.
+pub async fn get_ok(url: &str) -> bool {
+    Http::default()
+        .get(url, Duration::from_secs(5))
+        .await
+        .is_ok_and(|r| (200..300).contains(&r.status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server that answers each connection's first request with `answer`.
+    async fn server(answer: &'static [u8]) -> String {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let mut buf = vec![0u8; 4096];
+                let mut got = 0;
+                while !buf[..got].windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf[got..]).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got += n,
+                    }
+                }
+                let _ = s.write_all(answer).await;
+            }
+        });
+        format!("http://{addr}/health")
+    }
+
+    #[tokio::test]
+    async fn a_probe_is_ready_on_2xx_only() {
+        let ok = server(b"HTTP/1.1 204 No Content\r\n\r\n").await;
+        let down = server(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n").await;
+        assert!(get_ok(&ok).await);
+        assert!(!get_ok(&down).await);
+        assert!(!get_ok("http://127.0.0.1:1/health").await);
+    }
+
+    #[tokio::test]
+    async fn a_chunked_body_arrives_whole() {
+        let url = server(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+        )
+        .await;
+        let r = Http::default()
+            .get(&url, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!((r.status, &r.body[..]), (200, &b"hello world"[..]));
+    }
+
+    #[test]
+    fn only_plain_http_urls_with_a_host() {
+        assert!(check_url("http://127.0.0.1:9100/metrics").is_ok());
+        assert!(check_url("http://localhost").is_ok());
+        for bad in [
+            "https://x/metrics",
+            "127.0.0.1:80/x",
+            "http:///x",
+            "ftp://x",
+        ] {
+            assert!(check_url(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -394,9 +394,22 @@ impl Suite {
                 out.push(("node.ready.log".into(), format!("not a regex: {e}")));
             }
         }
-        if let Some(url) = &ready.http {
-            if crate::net::http::http_parts(url).is_none() {
-                out.push(("node.ready.http".into(), format!("{url:?}: give a plain http:// URL, e.g. http://127.0.0.1:${{PORT}}/health (https is not probed)")));
+        // Templates render later: a URL is checked with its placeholders
+        // filled, and said back as the author wrote it.
+        let urls = [
+            ("node.ready.http", ready.http.as_ref(), "/health"),
+            (
+                "node.metrics.prometheus",
+                self.node.metrics.as_ref().map(|m| &m.prometheus),
+                "/metrics",
+            ),
+        ];
+        let placeholder = regex::Regex::new(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}").expect("regex");
+        for (field, url, path) in urls {
+            let Some(url) = url else { continue };
+            let filled = placeholder.replace_all(url, "1");
+            if crate::net::http::check_url(&filled).is_err() {
+                out.push((field.into(), format!("{url:?}: give a plain http:// URL, e.g. http://127.0.0.1:${{PORT}}{path} (https is not probed)")));
             }
         }
         if ready.exec.as_ref().is_some_and(|a| a.is_empty()) {

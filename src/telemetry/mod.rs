@@ -286,6 +286,9 @@ impl Scraper {
         let mut file = std::fs::File::create(&csv)?;
         writeln!(file, "t_s,series,value")?;
         let (stop, mut stopped) = watch::channel(false);
+        // A bad URL fails every scrape, and the report shows why.
+        let url = prometheus::endpoint(&url).unwrap_or(url);
+        let http = crate::net::http::Http::default();
         let handle = tokio::spawn(async move {
             let mut stats = ScrapeStats::default();
             let mut tick = tokio::time::interval(interval);
@@ -300,7 +303,7 @@ impl Scraper {
                             continue;
                         }
                         let t = origin.elapsed().as_secs_f64();
-                        match prometheus::fetch(&url, interval.max(Duration::from_secs(2))).await {
+                        match prometheus::fetch(&http, &url, interval.max(Duration::from_secs(2))).await {
                             Ok(text) => {
                                 let series = prometheus::series(&text);
                                 if series.is_empty() {

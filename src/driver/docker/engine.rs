@@ -1,0 +1,103 @@
+//! A Docker engine, local or remote, through bollard: connected to the host
+//! `--docker-host` or `DOCKER_HOST` names (unix, tcp, tcp with TLS when
+//! `DOCKER_TLS_VERIFY` is set, https, ssh), else the local socket, at the
+//! API version both sides speak.
+
+use bollard::Docker;
+use serde::{Deserialize, Serialize};
+
+/// The local engine's socket, when nothing names another.
+pub const LOCAL: &str = "unix:///var/run/docker.sock";
+
+/// The engine a cell's containers ran on, as the report names it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineInfo {
+    /// As given: `unix:///var/run/docker.sock`, `tcp://host:2376`, `ssh://user@host`.
+    pub host: String,
+    pub version: String,
+    /// The API version soak and the engine agreed on.
+    pub api: String,
+    pub kernel: String,
+    pub os: String,
+    /// 1 or 2.
+    pub cgroup_version: String,
+    /// Whether the engine runs on this machine (its containers' cgroups and
+    /// processes can be read here).
+    pub local: bool,
+}
+
+/// An engine soak can talk to.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    pub docker: Docker,
+    pub info: EngineInfo,
+}
+
+/// Why no engine answered, with the fix.
+#[derive(Debug, thiserror::Error)]
+#[error("Docker engine {host} not reachable ({reason}); {fix}")]
+pub struct EngineError {
+    pub host: String,
+    pub reason: String,
+    pub fix: String,
+}
+
+/// The host to use: the option, else `DOCKER_HOST`, else the local socket.
+pub fn host(option: Option<&str>) -> String {
+    option
+        .map(str::to_string)
+        .or_else(|| std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()))
+        .unwrap_or_else(|| LOCAL.to_string())
+}
+
+fn error(host: &str, reason: &dyn std::error::Error) -> EngineError {
+    let fix = if host.starts_with("unix://") {
+        if super::super::which("dockerd").is_some() {
+            "start it: dockerd --iptables=false --bridge=none --storage-driver=vfs &".to_string()
+        } else {
+            "install it: apt-get install docker.io, then start dockerd".to_string()
+        }
+    } else {
+        "check the address, and that the engine listens there (--docker-host or DOCKER_HOST)"
+            .to_string()
+    };
+    EngineError {
+        host: host.to_string(),
+        reason: crate::net::error_chain(reason),
+        fix,
+    }
+}
+
+/// Connects, agrees on the API version (Debian's engine speaks 1.41, older
+/// than bollard's own) and reads what the report names.
+pub async fn connect(option: Option<&str>) -> Result<Engine, EngineError> {
+    let host = host(option);
+    let docker = Docker::connect_with_host(&host).map_err(|e| error(&host, &e))?;
+    let work = async {
+        let docker = docker.negotiate_version().await?;
+        let info = docker.info().await?;
+        let version = docker.version().await?;
+        Ok::<_, bollard::errors::Error>((docker, info, version))
+    };
+    let (docker, info, version) = tokio::time::timeout(std::time::Duration::from_secs(10), work)
+        .await
+        .map_err(|e| error(&host, &e))?
+        .map_err(|e| error(&host, &e))?;
+    let api = docker.client_version();
+    let local = host.starts_with("unix://");
+    Ok(Engine {
+        docker,
+        info: EngineInfo {
+            host: host.clone(),
+            version: version.version.unwrap_or_default(),
+            api: format!("{}.{}", api.major_version, api.minor_version),
+            kernel: info.kernel_version.unwrap_or_default(),
+            os: info.operating_system.unwrap_or_default(),
+            cgroup_version: info
+                .cgroup_version
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+            local,
+        },
+    })
+}

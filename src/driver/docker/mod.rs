@@ -1,0 +1,4 @@
+//! The Docker driver: nodes as containers on a local or remote engine,
+//! through bollard.
+
+pub mod engine;
