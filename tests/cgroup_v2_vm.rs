@@ -26,7 +26,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use serde_json::Value;
+use soak::model::{Cause, Summary, Verdict};
 
 fn kernel() -> PathBuf {
     let cache = std::env::var_os("XDG_CACHE_HOME")
@@ -318,7 +318,7 @@ impl VmRun {
             .unwrap_or_else(|_| panic!("exit of {case}: {}", self.get("exit", case)))
     }
 
-    fn summary(&self, case: &str) -> Value {
+    fn summary(&self, case: &str) -> Summary {
         serde_json::from_str(self.get("summary", case))
             .unwrap_or_else(|e| panic!("summary of {case}: {e}\n{}", self.log(case)))
     }
@@ -609,48 +609,36 @@ fn case_passes(vm: &VmRun, case: &str) {
     // The kill suite.
     assert_eq!(vm.exit(&format!("{case}-kill")), 0, "{log}");
     let s = vm.summary(&format!("{case}-kill"));
-    let c = &s["cells"][0];
-    assert_eq!(c["verdict"], "pass", "{c}");
-    assert_eq!(c["integrity"]["lost"], 0);
-    assert!(c["integrity"]["verified"].as_u64().unwrap() > 0, "{c}");
-    assert_eq!(c["restarts"][0]["reason"], "kill");
-    let cg = &c["cgroup"];
-    assert_eq!(cg["version"], "v2", "{cg}");
-    assert_eq!(cg["high_bytes"], 224u64 << 20, "{cg}");
-    assert!(cg["peak_bytes"].as_u64().unwrap() > 1 << 20, "{cg}");
-    assert!(cg["pressure_some_avg10_max"].is_number(), "{cg}");
-    let limit = c["phases"]
-        .as_array()
-        .unwrap()
+    let c = &s.cells[0];
+    assert_eq!(c.verdict, Verdict::Pass, "{c:?}");
+    assert_eq!(c.integrity.lost, 0);
+    assert!(c.integrity.verified > 0, "{c:?}");
+    assert_eq!(c.restarts[0].reason, Cause::Kill);
+    let cg = c.cgroup.as_ref().unwrap();
+    assert_eq!(cg.version, "v2", "{cg:?}");
+    assert_eq!(cg.high_bytes, Some(224u64 << 20), "{cg:?}");
+    assert!(cg.peak_bytes.unwrap() > 1 << 20, "{cg:?}");
+    assert!(cg.pressure_some_avg10_max.is_some(), "{cg:?}");
+    let limit = c
+        .phases
         .iter()
-        .find(|p| p["phase"].as_str().unwrap().starts_with("limit"))
+        .find(|p| p.phase.starts_with("limit"))
         .unwrap();
     assert!(
-        limit["outcome"]
-            .as_str()
-            .unwrap()
+        limit
+            .outcome
             .contains(&format!("memory.max read back: {}", 192u64 << 20)),
-        "{limit}"
+        "{limit:?}"
     );
     vm.left_nothing(&format!("{case}-kill"));
     // The OOM suite: the kernel's kills, counted from memory.events.
     let s = vm.summary(&format!("{case}-oom"));
-    let c = &s["cells"][0];
-    assert!(
-        c["memory"]["oom_kills"].as_u64().unwrap() >= 1,
-        "{c}\n{log}"
-    );
-    assert!(c["cgroup"]["oom_kills"].as_u64().unwrap() >= 1, "{c}");
-    assert_eq!(c["restarts"][0]["reason"], "oom", "{c}");
+    let c = &s.cells[0];
+    assert!(c.memory.oom_kills >= 1, "{c:?}\n{log}");
+    assert!(c.cgroup.as_ref().unwrap().oom_kills >= 1, "{c:?}");
+    assert_eq!(c.restarts[0].reason, Cause::Oom, "{c:?}");
     // Each restart followed one of the kernel's kills, none was guessed.
-    assert!(
-        c["restarts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|r| r["reason"] == "oom"),
-        "{c}"
-    );
+    assert!(c.restarts.iter().all(|r| r.reason == Cause::Oom), "{c:?}");
     vm.left_nothing(&format!("{case}-oom"));
     // SIGKILL of soak, then soak cleanup.
     let during = vm.get("during", &format!("{case}-long"));
@@ -701,7 +689,7 @@ fn from_the_root_cgroup() {
     assert_eq!(vm().get("layout", "a").trim(), "0::/");
     case_passes(vm(), "a");
     let s = vm().summary("a-kill");
-    let placement = s["cells"][0]["cgroup"]["placement"].as_str().unwrap();
+    let placement = &s.cells[0].cgroup.as_ref().unwrap().placement;
     assert!(placement.contains("root cgroup"), "{placement}");
 }
 
@@ -712,21 +700,9 @@ fn from_a_cgroup_that_also_holds_another_process() {
     assert_eq!(vm().get("layout", "b").trim(), "0::/ci");
     case_passes(vm(), "b");
     let s = vm().summary("b-kill");
-    let cg = &s["cells"][0]["cgroup"];
-    assert!(
-        cg["path"]
-            .as_str()
-            .unwrap()
-            .starts_with("/sys/fs/cgroup/soak-"),
-        "{cg}"
-    );
-    assert!(
-        cg["placement"]
-            .as_str()
-            .unwrap()
-            .contains("holds other processes"),
-        "{cg}"
-    );
+    let cg = s.cells[0].cgroup.as_ref().unwrap();
+    assert!(cg.path.starts_with("/sys/fs/cgroup/soak-"), "{cg:?}");
+    assert!(cg.placement.contains("holds other processes"), "{cg:?}");
 }
 
 /// (c) soak as a container's command, in a cgroup namespace of its own:
@@ -736,7 +712,7 @@ fn from_a_cgroup_namespace_as_a_containers_command() {
     assert_eq!(vm().get("layout", "c").trim(), "0::/");
     case_passes(vm(), "c");
     let s = vm().summary("c-kill");
-    let placement = s["cells"][0]["cgroup"]["placement"].as_str().unwrap();
+    let placement = &s.cells[0].cgroup.as_ref().unwrap().placement;
     assert!(placement.contains("alone in its cgroup"), "{placement}");
 }
 
@@ -787,7 +763,7 @@ fn a_cancelled_ci_job_stops_soak_outside_its_unit() {
         vm.log("cancel")
     );
     let s = vm.summary("cancel");
-    assert_eq!(s["cells"][0]["error"], "interrupted", "{s}");
+    assert_eq!(s.cells[0].error.as_deref(), Some("interrupted"), "{s:?}");
     vm.left_nothing("cancel");
 }
 
@@ -798,12 +774,12 @@ fn the_readme_smoke_suite_passes_on_a_cgroup_v2_host_with_systemd() {
     let vm = systemd_vm();
     assert_eq!(vm.exit("smoke"), 0, "{}", vm.log("smoke"));
     let s = vm.summary("smoke");
-    let c = &s["cells"][0];
-    assert_eq!(c["verdict"], "pass", "{c}");
-    assert_eq!(c["integrity"]["lost"], 0, "{c}");
-    assert!(c["integrity"]["verified"].as_u64().unwrap() > 1000, "{c}");
-    assert_eq!(c["cgroup"]["version"], "v2", "{c}");
-    assert_eq!(c["restarts"].as_array().unwrap().len(), 2, "{c}");
+    let c = &s.cells[0];
+    assert_eq!(c.verdict, Verdict::Pass, "{c:?}");
+    assert_eq!(c.integrity.lost, 0, "{c:?}");
+    assert!(c.integrity.verified > 1000, "{c:?}");
+    assert_eq!(c.cgroup.as_ref().unwrap().version, "v2", "{c:?}");
+    assert_eq!(c.restarts.len(), 2, "{c:?}");
 }
 
 /// (s) A CI job under systemd: soak started from a service whose cgroup
@@ -818,17 +794,11 @@ fn from_a_systemd_service_through_a_delegated_scope() {
     );
     case_passes(vm, "s");
     let s = vm.summary("s-kill");
-    let cg = &s["cells"][0]["cgroup"];
-    let path = cg["path"].as_str().unwrap();
+    let cg = s.cells[0].cgroup.as_ref().unwrap();
+    let path = &cg.path;
     assert!(
         path.starts_with("/sys/fs/cgroup/system.slice/soak-") && path.contains(".scope/soak-"),
-        "{cg}"
+        "{cg:?}"
     );
-    assert!(
-        cg["placement"]
-            .as_str()
-            .unwrap()
-            .contains("transient scope"),
-        "{cg}"
-    );
+    assert!(cg.placement.contains("transient scope"), "{cg:?}");
 }

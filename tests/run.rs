@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::require_tool;
-use serde_json::Value;
-use soak::model::{Cause, Verdict};
+use soak::model::{Action, Cause, CellResult, CheckResult, Summary, Swap, SwapOutcome, Verdict};
 
 fn suite(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
@@ -18,7 +17,7 @@ fn suite(name: &str) -> PathBuf {
 struct Run {
     id: String,
     out: Output,
-    summary: Option<Value>,
+    summary: Option<Summary>,
     report_dir: Option<PathBuf>,
     _dir: tempfile::TempDir,
 }
@@ -30,31 +29,37 @@ impl Run {
     fn stderr(&self) -> String {
         String::from_utf8_lossy(&self.out.stderr).into_owned()
     }
-    fn summary(&self) -> &Value {
+    /// The summary through soak's typed model: a renamed or retyped field
+    /// fails to compile or to load.
+    fn summary(&self) -> &Summary {
         self.summary
             .as_ref()
             .unwrap_or_else(|| panic!("no summary.json; stderr:\n{}", self.stderr()))
     }
-    fn cell(&self) -> &Value {
-        &self.summary()["cells"][0]
-    }
-    /// The summary through soak's typed model: a renamed or retyped field
-    /// fails here.
-    fn model(&self) -> soak::model::Summary {
-        serde_json::from_value(self.summary().clone())
-            .unwrap_or_else(|e| panic!("summary.json does not load as soak's model: {e}"))
+    fn cell(&self) -> &CellResult {
+        &self.summary().cells[0]
     }
     /// A file of the first cell, by its name in `files` or its path
     /// relative to the cell's folder.
     fn file(&self, name: &str) -> String {
         let dir = self.report_dir.as_ref().expect("a report folder");
-        let cell = self.summary()["cells"][0]["files"]["events.jsonl"]
-            .as_str()
-            .expect("the cell's events file");
+        let cell = self.cell().files["events.jsonl"].as_str();
         let cell_dir = dir.join(Path::new(cell).parent().unwrap());
         std::fs::read_to_string(cell_dir.join(name))
             .unwrap_or_else(|e| panic!("{}: {e}", cell_dir.join(name).display()))
     }
+}
+
+/// A summary.json through soak's typed model.
+fn load_summary(path: &Path) -> Summary {
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{} does not load as soak's model: {e}", path.display()))
+}
+
+/// What `soak verify` wrote into a cell's folder.
+fn reverified(cell: &Path) -> soak::verify::saved::Reverified {
+    serde_json::from_str(&std::fs::read_to_string(cell.join("verify.json")).unwrap()).unwrap()
 }
 
 /// A run id of the test's own, so that what a run left is found even when
@@ -80,9 +85,9 @@ fn soak_run(suite_file: &str, extra: &[&str]) -> Run {
         .into_iter()
         .find(|p| p.ends_with("summary.json"))
         .map(|p| p.parent().unwrap().to_path_buf());
-    let summary = report_dir.as_ref().map(|d| {
-        serde_json::from_str(&std::fs::read_to_string(d.join("summary.json")).unwrap()).unwrap()
-    });
+    let summary = report_dir
+        .as_ref()
+        .map(|d| load_summary(&d.join("summary.json")));
     let run = Run {
         id,
         out,
@@ -212,7 +217,7 @@ fn assert_nothing_left(run: &Run) {
 fn smoke_suite_passes_shortened() {
     let run = soak_run("suites/smoke.yaml", &["--duration-scale", "0.2"]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
-    let s = run.model();
+    let s = run.summary();
     assert_eq!(s.schema_version, 1);
     assert_eq!(s.suite, "smoke");
     assert_eq!(s.verdict, Verdict::Pass);
@@ -272,7 +277,7 @@ fn smoke_suite_passes_shortened() {
 fn writes_lost_without_a_wal_fail_the_run() {
     let run = soak_run("tests/suites/wal-off.yaml", &[]);
     assert_eq!(run.code(), 1, "{}", run.stderr());
-    let summary = run.model();
+    let summary = run.summary();
     assert_eq!(summary.verdict, Verdict::Fail);
     let c = &summary.cells[0];
     assert!(c.integrity.lost > 0, "{:?}", c.integrity);
@@ -287,28 +292,17 @@ fn a_node_that_outgrows_its_limit_is_oom_killed_and_restarted() {
     let run = soak_run("tests/suites/oom-redis.yaml", &[]);
     assert_eq!(run.code(), 1, "{}", run.stderr());
     let c = run.cell();
-    assert!(
-        c["memory"]["oom_kills"].as_u64().unwrap() >= 1,
-        "{}",
-        c["memory"]
-    );
-    assert_eq!(c["restarts"][0]["reason"], "oom", "{}", c["restarts"]);
-    let check = c["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["name"] == "oom_kills")
-        .unwrap();
-    assert_eq!(check["verdict"], "fail");
+    assert!(c.memory.oom_kills >= 1, "{:?}", c.memory);
+    assert_eq!(c.restarts[0].reason, Cause::Oom, "{:?}", c.restarts);
+    assert_eq!(check(&run, "oom_kills").verdict, Verdict::Fail);
 }
 
-fn check<'a>(run: &'a Run, name: &str) -> &'a Value {
-    run.cell()["checks"]
-        .as_array()
-        .unwrap()
+fn check<'a>(run: &'a Run, name: &str) -> &'a CheckResult {
+    let checks = &run.cell().checks;
+    checks
         .iter()
-        .find(|k| k["name"] == name)
-        .unwrap_or_else(|| panic!("no check {name}: {}", run.cell()["checks"]))
+        .find(|k| k.name == name)
+        .unwrap_or_else(|| panic!("no check {name}: {checks:?}"))
 }
 
 /// RSS of the node per sample, from the cell's samples.csv.
@@ -336,15 +330,15 @@ fn a_leaking_node_fails_the_trend_check_before_it_is_oom_killed() {
     let run = soak_run("tests/suites/leak.yaml", &[]);
     assert_eq!(run.code(), 1, "{}", run.stderr());
     let growth = check(&run, "memory_growth (rss)");
-    assert_eq!(growth["verdict"], "fail", "{growth}");
-    assert_eq!(check(&run, "oom_kills")["verdict"], "pass");
-    let rss = &run.cell()["memory"]["rss"];
-    let slope = rss["slope_per_hour"].as_f64().unwrap() / 3600.0 / 1048576.0;
-    assert!((4.5..7.5).contains(&slope), "{slope} MiB/s: {rss}");
-    assert!(rss["p_growth"].as_f64().unwrap() < 0.001, "{rss}");
+    assert_eq!(growth.verdict, Verdict::Fail, "{growth:?}");
+    assert_eq!(check(&run, "oom_kills").verdict, Verdict::Pass);
+    let rss = &run.cell().memory.rss;
+    let slope = rss.slope_per_hour.unwrap() / 3600.0 / 1048576.0;
+    assert!((4.5..7.5).contains(&slope), "{slope} MiB/s: {rss:?}");
+    assert!(rss.p_growth.unwrap() < 0.001, "{rss:?}");
     // Projected from where it stands: the limit in well under a minute.
-    let h = rss["hours_to_limit"].as_f64().unwrap();
-    assert!(h * 3600.0 < 60.0, "{rss}");
+    let h = rss.hours_to_limit.unwrap();
+    assert!(h * 3600.0 < 60.0, "{rss:?}");
     let report =
         std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
     assert!(
@@ -358,8 +352,8 @@ fn a_leaking_node_fails_the_trend_check_before_it_is_oom_killed() {
 fn a_node_with_a_gc_sawtooth_and_no_leak_passes() {
     require_tool("python3", "python3");
     let run = soak_run("tests/suites/sawtooth.yaml", &[]);
-    assert_eq!(run.code(), 0, "{}\n{}", run.stderr(), run.cell()["checks"]);
-    assert_eq!(check(&run, "memory_growth (rss)")["verdict"], "pass");
+    assert_eq!(run.code(), 0, "{}\n{:?}", run.stderr(), run.cell().checks);
+    assert_eq!(check(&run, "memory_growth (rss)").verdict, Verdict::Pass);
     // The sawtooth was real: RSS swung by more than the leak's 6 MiB/s,
     // up and down, many times.
     let rss = rss_samples(&run);
@@ -396,9 +390,9 @@ fn each_debian_allocator_is_preloaded_proven_and_reported() {
     .into_iter()
     .enumerate()
     {
-        let cell = &run.summary()["cells"][i];
+        let cell = &run.summary().cells[i];
         // soak's proof (the library in /proc/PID/maps) and the package version.
-        let alloc = cell["allocator"].as_str().unwrap();
+        let alloc = cell.allocator.as_deref().unwrap();
         assert!(alloc.starts_with(name) && alloc.contains(pkg), "{alloc}");
         assert!(report.contains(alloc), "{report}");
         let folder = dir.join("cells").join(
@@ -432,7 +426,7 @@ fn an_allocator_that_never_loads_is_an_error_not_a_silent_glibc_run() {
             && err.contains("libjemalloc.so.2 is not in /proc/"),
         "{err}"
     );
-    assert_eq!(run.summary()["verdict"], "error");
+    assert_eq!(run.summary().verdict, Verdict::Error);
 }
 
 #[test]
@@ -440,17 +434,16 @@ fn redis_with_an_fsynced_aof_loses_nothing_and_with_snapshots_only_loses_writes(
     require_tool("redis-server", "redis-server");
     let run = soak_run("suites/redis-durability.yaml", &["--duration-scale", "0.4"]);
     assert_eq!(run.code(), 1, "{}", run.stderr());
-    let cells = run.summary()["cells"].as_array().unwrap();
+    let cells = &run.summary().cells;
     let (aof, snap) = (&cells[0], &cells[1]);
-    assert_eq!(aof["id"], "durability=aof-always");
-    assert_eq!(aof["verdict"], "pass", "{}", aof["integrity"]);
-    assert_eq!(aof["integrity"]["lost"], 0);
-    assert!(aof["integrity"]["verified"].as_u64().unwrap() > 1000);
-    assert_eq!(snap["id"], "durability=snapshots-only");
-    assert_eq!(snap["verdict"], "fail");
+    assert_eq!(aof.id, "durability=aof-always");
+    assert_eq!(aof.verdict, Verdict::Pass, "{:?}", aof.integrity);
+    assert_eq!(aof.integrity.lost, 0);
+    assert!(aof.integrity.verified > 1000);
+    assert_eq!(snap.id, "durability=snapshots-only");
+    assert_eq!(snap.verdict, Verdict::Fail);
     // Every write since start is gone: no snapshot was due yet.
-    let lost = snap["integrity"]["lost"].as_u64().unwrap();
-    assert!(lost > 1000, "{}", snap["integrity"]);
+    assert!(snap.integrity.lost > 1000, "{:?}", snap.integrity);
 }
 
 #[test]
@@ -458,31 +451,29 @@ fn a_stalled_node_shows_as_latency_not_as_a_lower_rate() {
     // SIGSTOP for 1 s in 5 s of a 500/s load.
     let run = soak_run("tests/suites/pause-latency.yaml", &[]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
-    let load = &run.cell()["load"];
-    let rate = load["ops_per_s"].as_f64().unwrap();
-    assert!((475.0..=525.0).contains(&rate), "{load}");
-    assert_eq!(load["errors"], 0, "{load}");
-    let lat = &load["latency_us"];
+    let load = run.cell().load.as_ref().unwrap();
+    assert!((475.0..=525.0).contains(&load.ops_per_s), "{load:?}");
+    assert_eq!(load.errors, 0, "{load:?}");
+    let lat = load.latency_us.as_ref().unwrap();
     // Requests scheduled during the stall waited for it, measured from
     // when they should have started...
-    assert!(lat["max"].as_u64().unwrap() >= 900_000, "{lat}");
-    assert!(lat["p99"].as_u64().unwrap() >= 500_000, "{lat}");
+    assert!(lat.max >= 900_000, "{lat:?}");
+    assert!(lat.p99 >= 500_000, "{lat:?}");
     // ...while most of the run was fast.
-    assert!(lat["p50"].as_u64().unwrap() < 100_000, "{lat}");
+    assert!(lat.p50 < 100_000, "{lat:?}");
     // Per phase: the first run was fast, the stall's latency lands in the
     // phases that were running when the replies came.
-    let phases = run.cell()["phases"].as_array().unwrap();
-    assert_eq!(phases[0]["phase"], "run 2s");
-    let first = &phases[0]["load"];
+    let phases = &run.cell().phases;
+    assert_eq!(phases[0].phase, "run 2s");
+    let first = phases[0].load.as_ref().unwrap();
     assert!(
-        first["latency_us"]["max"].as_u64().unwrap() < 500_000,
-        "{first}"
+        first.latency_us.as_ref().unwrap().max < 500_000,
+        "{first:?}"
     );
-    let first_rate = first["ops_per_s"].as_f64().unwrap();
-    assert!((450.0..=550.0).contains(&first_rate), "{first}");
+    assert!((450.0..=550.0).contains(&first.ops_per_s), "{first:?}");
     let later_max = phases[1..]
         .iter()
-        .filter_map(|p| p["load"]["latency_us"]["max"].as_u64())
+        .filter_map(|p| p.load.as_ref()?.latency_us.as_ref().map(|l| l.max))
         .max()
         .unwrap();
     assert!(later_max >= 900_000, "{phases:?}");
@@ -506,21 +497,27 @@ fn a_closed_loop_runs_as_fast_as_redis_answers_a_mix_with_mget_and_value_ranges(
     let run = soak_run("tests/suites/closed-loop.yaml", &[]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let cell = run.cell();
-    let load = &cell["load"];
+    let load = cell.load.as_ref().unwrap();
     // Far above what any fixed rate in the suite would give: the loop is
     // bound only by the node.
-    assert!(load["ops_per_s"].as_f64().unwrap() > 5000.0, "{load}");
-    for op in ["sets", "gets", "mgets", "dels"] {
-        assert!(load[op].as_u64().unwrap() > 100, "{op}: {load}");
+    assert!(load.ops_per_s > 5000.0, "{load:?}");
+    for (op, n) in [
+        ("sets", load.sets),
+        ("gets", load.gets),
+        ("mgets", load.mgets),
+        ("dels", load.dels),
+    ] {
+        assert!(n > 100, "{op}: {load:?}");
     }
-    assert_eq!(load["fill_sets"], 20_000, "{load}");
-    assert_eq!(load["corrupted_reads"], 0);
-    assert_eq!(cell["integrity"]["lost"], 0);
-    assert!(cell["integrity"]["verified"].as_u64().unwrap() > 10_000);
+    assert_eq!(load.fill_sets, 20_000, "{load:?}");
+    assert_eq!(load.corrupted_reads, 0);
+    assert_eq!(cell.integrity.lost, 0);
+    assert!(cell.integrity.verified > 10_000);
     // The `load` phase is recorded with its rate; the run with latencies.
-    let phases = cell["phases"].as_array().unwrap();
-    assert_eq!(phases[0]["load"]["fill_sets"], 20_000);
-    assert!(phases[1]["load"]["latency_us"]["p99"].as_u64().unwrap() > 0);
+    let phases = &cell.phases;
+    assert_eq!(phases[0].load.as_ref().unwrap().fill_sets, 20_000);
+    let run_load = phases[1].load.as_ref().unwrap();
+    assert!(run_load.latency_us.as_ref().unwrap().p99 > 0);
     let report =
         std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
     assert!(
@@ -539,7 +536,7 @@ fn a_node_that_never_gets_ready_is_an_environment_error_with_its_log() {
         err.contains("fatal: cannot open the database: permission denied"),
         "{err}"
     );
-    assert_eq!(run.summary()["verdict"], "error");
+    assert_eq!(run.summary().verdict, Verdict::Error);
 }
 
 #[test]
@@ -607,8 +604,8 @@ fn an_interrupted_run_still_reports_and_leaves_nothing() {
     let report_dir = events.parent().unwrap().parent().unwrap().parent().unwrap();
     let run = interrupt(child, report_dir, dir);
     let summary = run.summary();
-    assert_eq!(summary["verdict"], "error");
-    assert_eq!(summary["cells"][0]["error"], "interrupted");
+    assert_eq!(summary.verdict, Verdict::Error);
+    assert_eq!(summary.cells[0].error.as_deref(), Some("interrupted"));
     assert_nothing_left(&run);
 }
 
@@ -658,30 +655,22 @@ fn a_node_that_forgets_at_every_kill_is_caught_at_every_kill() {
     ] {
         let run = soak_run(suite_file, &[]);
         assert_eq!(run.code(), 1, "{suite_file}: {}", run.stderr());
-        assert_eq!(run.summary()["verdict"], "fail");
+        assert_eq!(run.summary().verdict, Verdict::Fail);
         let c = run.cell();
-        let restarts = c["restarts"].as_array().unwrap();
+        let restarts = &c.restarts;
         assert_eq!(restarts.len(), 2, "{restarts:?}");
         let mut sum = 0;
         for r in restarts {
-            let lost = r["lost"].as_u64().unwrap();
-            assert!(lost > 0, "{suite_file}: a kill with no loss: {r}");
-            assert!(r["oracle"].as_str().unwrap().contains(oracle), "{r}");
-            let first = &r["first_lost"];
-            assert!(first["key"].as_str().unwrap().starts_with("soak:"), "{r}");
-            assert!(first["acked_version"].as_u64().unwrap() >= 1, "{r}");
-            assert!(
-                first["acked_at_s"].as_f64().unwrap() <= r["at_s"].as_f64().unwrap(),
-                "{r}"
-            );
-            assert_eq!(first["read"], "nothing", "{r}");
-            sum += lost;
+            assert!(r.lost > 0, "{suite_file}: a kill with no loss: {r:?}");
+            assert!(r.oracle.as_deref().unwrap().contains(oracle), "{r:?}");
+            let first = r.first_lost.as_ref().unwrap();
+            assert!(first.key.starts_with("soak:"), "{r:?}");
+            assert!(first.acked_version >= 1, "{r:?}");
+            assert!(first.acked_at_s <= r.at_s, "{r:?}");
+            assert_eq!(first.read, "nothing", "{r:?}");
+            sum += r.lost;
         }
-        assert!(
-            c["integrity"]["lost"].as_u64().unwrap() >= sum,
-            "{}",
-            c["integrity"]
-        );
+        assert!(c.integrity.lost >= sum, "{:?}", c.integrity);
         let report =
             std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
         assert!(
@@ -711,30 +700,24 @@ fn durable_nodes_killed_twenty_times_lose_nothing_and_no_restart_is_blamed() {
         let run = soak_run(suite_file, &[]);
         assert_eq!(run.code(), 0, "{suite_file}: {}", run.stderr());
         let c = run.cell();
-        let restarts = c["restarts"].as_array().unwrap();
+        let restarts = &c.restarts;
         assert!(
             restarts.len() >= 20,
             "{suite_file}: {} kills",
             restarts.len()
         );
         for r in restarts {
-            assert_eq!(r["reason"], "chaos");
-            assert!(r["readback_s"].is_number(), "{r}");
-            for k in ["lost", "corrupted", "resurrected"] {
-                assert_eq!(r[k], 0, "{suite_file}: {r}");
-            }
+            assert_eq!(r.reason, Cause::Chaos);
+            assert!(r.readback_s.is_some(), "{r:?}");
+            assert_eq!(
+                (r.lost, r.corrupted, r.resurrected),
+                (0, 0, 0),
+                "{suite_file}: {r:?}"
+            );
         }
-        let i = &c["integrity"];
-        assert_eq!(
-            (
-                i["lost"].as_u64(),
-                i["corrupted"].as_u64(),
-                i["resurrected"].as_u64()
-            ),
-            (Some(0), Some(0), Some(0)),
-            "{i}"
-        );
-        assert!(i["verified"].as_u64().unwrap() > 1000, "{i}");
+        let i = &c.integrity;
+        assert_eq!((i.lost, i.corrupted, i.resurrected), (0, 0, 0), "{i:?}");
+        assert!(i.verified > 1000, "{i:?}");
     }
 }
 
@@ -745,8 +728,7 @@ fn of_many_kills_exactly_those_that_lost_writes_are_blamed() {
     require_tool("python3", "python3");
     let run = soak_run("tests/suites/sometimes-loses.yaml", &[]);
     assert_eq!(run.code(), 1, "{}", run.stderr());
-    let c = run.cell();
-    let restarts = c["restarts"].as_array().unwrap();
+    let restarts = &run.cell().restarts;
     assert!(restarts.len() >= 10, "{} kills", restarts.len());
     let log = std::fs::read_to_string(
         run.report_dir
@@ -764,21 +746,21 @@ fn of_many_kills_exactly_those_that_lost_writes_are_blamed() {
     assert_eq!(dropped.len(), restarts.len() + 1, "{log}");
     let mut losing = 0;
     for (n, r) in restarts.iter().enumerate() {
-        let lost = r["lost"].as_u64().unwrap();
+        let lost = r.lost;
         if dropped[n + 1] > 0 {
             losing += 1;
             assert!(
                 lost > 0,
-                "restart {} dropped {} and was not blamed: {r}",
+                "restart {} dropped {} and was not blamed: {r:?}",
                 n + 1,
                 dropped[n + 1]
             );
-            assert!(lost <= dropped[n + 1], "{r}");
+            assert!(lost <= dropped[n + 1], "{r:?}");
         } else {
             assert_eq!(
                 lost,
                 0,
-                "restart {} dropped nothing and was blamed: {r}",
+                "restart {} dropped nothing and was blamed: {r:?}",
                 n + 1
             );
         }
@@ -877,21 +859,17 @@ checks:
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     assert!(reads > 0, "no read raced a kill: {log}");
-    let summary: Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            walk(dir.path())
-                .into_iter()
-                .find(|p| p.ends_with("summary.json"))
-                .unwrap(),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    let c = &summary["cells"][0];
-    assert!(c["restarts"].as_array().unwrap().len() >= 8, "{c}");
-    assert_eq!(c["integrity"]["lost"], 0, "{}", c["integrity"]);
-    assert_eq!(c["integrity"]["corrupted"], 0, "{}", c["integrity"]);
-    assert!(c["load"]["gets"].as_u64().unwrap() > 300, "{}", c["load"]);
+    let summary = load_summary(
+        &walk(dir.path())
+            .into_iter()
+            .find(|p| p.ends_with("summary.json"))
+            .unwrap(),
+    );
+    let c = &summary.cells[0];
+    assert!(c.restarts.len() >= 8, "{:?}", c.restarts);
+    assert_eq!(c.integrity.lost, 0, "{:?}", c.integrity);
+    assert_eq!(c.integrity.corrupted, 0, "{:?}", c.integrity);
+    assert!(c.load.as_ref().unwrap().gets > 300, "{:?}", c.load);
 
     // Without the proxy and without read-backs: the reads during the load
     // see writes that were in flight at a death (applied, never
@@ -901,27 +879,16 @@ checks:
     let run = soak_run("tests/suites/durable-chaos-reads.yaml", &[]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let c = run.cell();
-    assert!(c["restarts"].as_array().unwrap().len() >= 20, "{c}");
-    assert!(c["restarts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|r| r["readback_s"].is_null()));
-    assert!(c["load"]["gets"].as_u64().unwrap() > 2000, "{}", c["load"]);
+    assert!(c.restarts.len() >= 20, "{:?}", c.restarts);
+    assert!(c.restarts.iter().all(|r| r.readback_s.is_none()));
+    assert!(c.load.as_ref().unwrap().gets > 2000, "{:?}", c.load);
 }
 
-fn chaos_actions(run: &Run) -> Vec<(u64, String, String)> {
-    run.cell()["chaos"]
-        .as_array()
-        .unwrap()
+fn chaos_actions(run: &Run) -> Vec<(u64, String, Action)> {
+    run.cell()
+        .chaos
         .iter()
-        .map(|c| {
-            (
-                c["seed"].as_u64().unwrap(),
-                format!("{:.3}", c["at_s"].as_f64().unwrap()),
-                c["action"].as_str().unwrap().to_string(),
-            )
-        })
+        .map(|c| (c.seed, format!("{:.3}", c.at_s), c.action))
         .collect()
 }
 
@@ -936,21 +903,16 @@ fn the_same_seed_replays_the_same_chaos_schedule() {
     assert!(ea.len() >= 3, "{ea:?}");
     assert_eq!(ea, eb, "seed 42 twice gave two schedules");
     assert_ne!(ea, ec, "seeds 42 and 43 gave the same schedule");
-    assert_eq!(a.summary()["seed"], 42);
+    assert_eq!(a.summary().seed, 42);
     // Every kill and restart shows as a chaos restart; nothing was lost.
-    let restarts = a.cell()["restarts"].as_array().unwrap().len();
-    let disruptive = ea.iter().filter(|e| e.2 != "pause").count();
+    let restarts = a.cell().restarts.len();
+    let disruptive = ea.iter().filter(|e| e.2 != Action::Pause).count();
     assert_eq!(restarts, disruptive);
-    assert_eq!(a.cell()["integrity"]["lost"], 0);
+    assert_eq!(a.cell().integrity.lost, 0);
 }
 
 fn cell_ids(run: &Run) -> Vec<String> {
-    run.summary()["cells"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["id"].as_str().unwrap().to_string())
-        .collect()
+    run.summary().cells.iter().map(|c| c.id.clone()).collect()
 }
 
 #[test]
@@ -965,16 +927,10 @@ fn only_and_shard_select_cells_of_a_matrix() {
             "allocator=glibc-arena2,storage=small"
         ]
     );
-    let je = &only.summary()["cells"][1];
-    assert_eq!(je["params"]["allocator"], "jemalloc");
-    assert!(
-        je["allocator"]
-            .as_str()
-            .unwrap()
-            .starts_with("jemalloc (libjemalloc2"),
-        "{}",
-        je["allocator"]
-    );
+    let je = &only.summary().cells[1];
+    assert_eq!(je.params["allocator"], "jemalloc");
+    let alloc = je.allocator.as_deref().unwrap();
+    assert!(alloc.starts_with("jemalloc (libjemalloc2"), "{alloc}");
     let glob = soak_run("tests/suites/matrix.yaml", &["--only", "allocator=glibc-*"]);
     assert_eq!(
         cell_ids(&glob),
@@ -987,7 +943,7 @@ fn only_and_shard_select_cells_of_a_matrix() {
     for i in 1..=4 {
         let shard = soak_run("tests/suites/matrix.yaml", &["--shard", &format!("{i}/4")]);
         assert_eq!(shard.code(), 0, "{}", shard.stderr());
-        assert_eq!(shard.summary()["shard"], format!("{i}/4"));
+        assert_eq!(shard.summary().shard, Some(format!("{i}/4")));
         union.extend(cell_ids(&shard));
     }
     union.sort();
@@ -1004,29 +960,27 @@ fn an_exec_phase_keeps_its_output_and_reads_a_throughput_from_it() {
     let run = soak_run("tests/suites/exec-throughput.yaml", &[]);
     // The second command's figure is missing: its check fails the cell.
     assert_eq!(run.code(), 1, "{}", run.stderr());
-    let cell = run.cell();
-    let execs = cell["execs"].as_array().unwrap();
-    let rps = execs[0]["throughput"].as_f64().unwrap();
-    assert!(rps > 1000.0, "{}", execs[0]);
-    assert_eq!(execs[0]["code"], 0);
+    let execs = &run.cell().execs;
+    let rps = execs[0].throughput.unwrap();
+    assert!(rps > 1000.0, "{:?}", execs[0]);
+    assert_eq!(execs[0].code, Some(0));
     // The output is kept, and the figure is the one in it.
-    let log = run.file(execs[0]["log"].as_str().unwrap());
+    let log = run.file(&execs[0].log);
     assert!(
         log.contains(&format!("SET: {rps:.2} requests per second")),
         "{log}"
     );
-    assert!(execs[1]["throughput"].is_null());
-    let checks = cell["checks"].as_array().unwrap();
-    let by_name = |n: &str| checks.iter().find(|c| c["name"] == n).unwrap();
-    assert_eq!(by_name("exec[1] throughput")["verdict"], "pass");
-    let missed = by_name("exec[2] throughput");
-    assert_eq!(missed["verdict"], "fail");
+    assert!(execs[1].throughput.is_none());
+    assert_eq!(check(&run, "exec[1] throughput").verdict, Verdict::Pass);
+    let missed = check(&run, "exec[2] throughput");
+    assert_eq!(missed.verdict, Verdict::Fail);
     assert!(
-        missed["detail"]
-            .as_str()
+        missed
+            .detail
+            .as_deref()
             .unwrap()
             .contains("ops/sec` matched nothing in exec-2.log"),
-        "{missed}"
+        "{missed:?}"
     );
     // junit.xml, read by a real XML parser (Python's), as a CI system
     // reads it: one failure, the failed check's test case carries it.
@@ -1048,7 +1002,7 @@ fn an_exec_phase_keeps_its_output_and_reads_a_throughput_from_it() {
     assert!(parsed.status.success(), "{text}{parsed:?}");
     let mut lines = text.lines();
     let counts = lines.next().unwrap();
-    assert_eq!(counts, format!("{} 1 0", checks.len()), "{text}");
+    assert_eq!(counts, format!("{} 1 0", run.cell().checks.len()), "{text}");
     assert!(
         lines.any(|l| l.starts_with("exec[2] throughput | measured null")),
         "{text}"
@@ -1122,14 +1076,13 @@ fn a_run_whose_soak_was_killed_is_verified_from_its_saved_ledger() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: Value =
-        serde_json::from_str(&std::fs::read_to_string(cell.join("verify.json")).unwrap()).unwrap();
-    assert_eq!(v["stale_ledger"], true);
-    assert_eq!(v["started_node"], true);
-    assert_eq!(v["integrity"]["lost"], 0, "{v}");
-    assert_eq!(v["integrity"]["corrupted"], 0, "{v}");
+    let v = reverified(&cell);
+    assert!(v.stale_ledger);
+    assert!(v.started_node);
+    assert_eq!(v.integrity.lost, 0, "{v:?}");
+    assert_eq!(v.integrity.corrupted, 0, "{v:?}");
     // Seconds of writes at 2000/s (80% SETs), read back from the node's data.
-    assert!(v["integrity"]["verified"].as_u64().unwrap() > 2000, "{v}");
+    assert!(v.integrity.verified > 2000, "{v:?}");
     assert!(text.contains("0 lost, 0 corrupted"), "{text}");
 }
 
@@ -1143,12 +1096,11 @@ fn a_killed_run_of_a_node_without_persistence_shows_its_losses_in_soak_verify() 
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: Value =
-        serde_json::from_str(&std::fs::read_to_string(cell.join("verify.json")).unwrap()).unwrap();
+    let v = reverified(&cell);
     // Redis restarted empty: every key the ledger knew acknowledged is gone.
-    let lost = v["integrity"]["lost"].as_u64().unwrap();
-    assert!(lost > 2000, "{v}");
-    assert_eq!(v["integrity"]["verified"], 0, "{v}");
+    let lost = v.integrity.lost;
+    assert!(lost > 2000, "{v:?}");
+    assert_eq!(v.integrity.verified, 0, "{v:?}");
 }
 
 #[test]
@@ -1156,34 +1108,28 @@ fn an_upgrade_is_verified_and_a_refused_downgrade_is_reported_with_its_reason() 
     let run = soak_run("tests/suites/upgrade.yaml", &[]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let cell = run.cell();
-    let ups = cell["upgrades"].as_array().unwrap();
+    let ups = &cell.upgrades;
     assert_eq!(ups.len(), 3, "{ups:?}");
+    let integrity = |i: usize| ups[i].integrity.unwrap_or_default();
     // Snappy -> LZ4: the new version read back every key.
-    assert_eq!(ups[0]["kind"], "upgrade");
-    assert_eq!(
-        (ups[0]["from"].as_str(), ups[0]["to"].as_str()),
-        (Some("node"), Some("lz4"))
-    );
-    assert_eq!(ups[0]["outcome"], "verified");
-    assert!(
-        ups[0]["integrity"]["verified"].as_u64().unwrap() > 1000,
-        "{}",
-        ups[0]
-    );
-    assert_eq!(ups[0]["integrity"]["lost"], 0);
+    assert_eq!(ups[0].kind, Swap::Upgrade);
+    assert_eq!((ups[0].from.as_str(), ups[0].to.as_str()), ("node", "lz4"));
+    assert_eq!(ups[0].outcome, SwapOutcome::Verified);
+    assert!(integrity(0).verified > 1000, "{:?}", ups[0]);
+    assert_eq!(integrity(0).lost, 0);
     // RocksDB 7.8 refused what 11.8 wrote, in its own words, and LZ4 ran
     // again.
-    assert_eq!(ups[1]["outcome"], "refused");
-    let reason = ups[1]["reason"].as_str().unwrap();
+    assert_eq!(ups[1].outcome, SwapOutcome::Refused);
+    let reason = ups[1].reason.as_deref().unwrap();
     assert!(reason.contains("librocksdb.so.7.8"), "{reason}");
     assert!(reason.contains("unsupported format_version"), "{reason}");
     // Only what this start wrote, not the earlier versions' lines.
     assert!(!reason.contains("soak-node ready"), "{reason}");
-    assert_eq!(ups[1]["integrity"]["lost"], 0);
+    assert_eq!(integrity(1).lost, 0);
     // Back to the node as it started (Snappy), verified.
-    assert_eq!(ups[2]["to"], "node");
-    assert_eq!(ups[2]["outcome"], "verified");
-    assert_eq!(ups[2]["integrity"]["lost"], 0);
+    assert_eq!(ups[2].to, "node");
+    assert_eq!(ups[2].outcome, SwapOutcome::Verified);
+    assert_eq!(integrity(2).lost, 0);
     let report =
         std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
     assert!(
@@ -1192,53 +1138,41 @@ fn an_upgrade_is_verified_and_a_refused_downgrade_is_reported_with_its_reason() 
     );
     // The data directory's size after each phase, and its growth over the
     // run: the last size over the first.
-    let sizes: Vec<f64> = cell["phases"]
-        .as_array()
-        .unwrap()
+    let sizes: Vec<f64> = cell
+        .phases
         .iter()
-        .map(|p| p["disk_bytes"].as_f64().unwrap())
-        .filter(|b| *b > 0.0)
+        .filter_map(|p| p.disk_bytes)
+        .filter(|b| *b > 0)
+        .map(|b| b as f64)
         .collect();
-    assert_eq!(sizes.len(), 8, "{}", cell["phases"]);
-    let check = cell["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "disk growth")
-        .unwrap();
-    let growth = check["value"].as_f64().unwrap();
+    assert_eq!(sizes.len(), 8, "{:?}", cell.phases);
+    let check = check(&run, "disk growth");
+    let growth = check.value.as_f64().unwrap();
     assert!(
         (growth - sizes[7] / sizes[0]).abs() < 0.001,
-        "{check} {sizes:?}"
+        "{check:?} {sizes:?}"
     );
     // Before the upgrade, soak read the stopped node's data: Snappy SSTs,
     // every checksum verified; options that changed are listed.
-    let before = &ups[0]["before"];
-    assert!(before["corruption"].is_null(), "{before}");
-    assert!(
-        before["compression"]["Snappy"]["files"].as_u64().unwrap() >= 1,
-        "{before}"
-    );
-    let changed = ups[0]["options_changed"].as_array().unwrap();
+    let before = ups[0].before.as_ref().unwrap();
+    assert!(before.corruption.is_none(), "{before:?}");
+    assert!(before.compression["Snappy"].files >= 1, "{before:?}");
+    let changed = &ups[0].options_changed;
     assert!(
         changed
             .iter()
-            .any(|c| c[0].as_str().unwrap().ends_with(".compression") && c[2] == "kLZ4Compression"),
+            .any(|(name, _, to)| name.ends_with(".compression")
+                && to.as_deref() == Some("kLZ4Compression")),
         "{changed:?}"
     );
     // At the end, offline: every key as expected, Snappy and LZ4 files.
-    let off = &cell["offline"][0]["inspection"];
-    assert!(off["corruption"].is_null(), "{off}");
-    assert_eq!(off["integrity"]["lost"], 0, "{off}");
-    assert!(
-        off["integrity"]["verified"].as_u64().unwrap() > 1000,
-        "{off}"
-    );
+    let off = &cell.offline[0].inspection;
+    assert!(off.corruption.is_none(), "{off:?}");
+    let found = off.integrity.unwrap();
+    assert_eq!(found.lost, 0, "{off:?}");
+    assert!(found.verified > 1000, "{off:?}");
     for c in ["Snappy", "LZ4"] {
-        assert!(
-            off["compression"][c]["files"].as_u64().unwrap() >= 1,
-            "{off}"
-        );
+        assert!(off.compression[c].files >= 1, "{off:?}");
     }
 }
 
@@ -1249,30 +1183,29 @@ fn a_database_written_by_rocksdb_7_8_is_upgraded_compacted_and_refused_by_7_8_af
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let cell = run.cell();
     // Offline, soak read what 7.8 wrote: Snappy, every key as acknowledged.
-    let first = &cell["offline"][0]["inspection"];
-    assert_eq!(first["rocksdb_version"], "7.8.3", "{first}");
-    assert!(first["corruption"].is_null(), "{first}");
-    assert!(first["compression"]["Snappy"]["files"].as_u64().unwrap() >= 1);
-    assert_eq!(first["integrity"]["lost"], 0, "{first}");
-    assert!(first["integrity"]["verified"].as_u64().unwrap() >= 3000);
+    let first = &cell.offline[0].inspection;
+    assert_eq!(first.rocksdb_version.as_deref(), Some("7.8.3"), "{first:?}");
+    assert!(first.corruption.is_none(), "{first:?}");
+    assert!(first.compression["Snappy"].files >= 1);
+    let found = first.integrity.unwrap();
+    assert_eq!(found.lost, 0, "{first:?}");
+    assert!(found.verified >= 3000);
     // 11.8 read every write back through RESP.
-    let ups = cell["upgrades"].as_array().unwrap();
-    assert_eq!(ups[0]["outcome"], "verified", "{}", ups[0]);
-    assert_eq!(ups[0]["integrity"]["lost"], 0, "{}", ups[0]);
-    assert!(ups[0]["integrity"]["verified"].as_u64().unwrap() >= 3000);
+    let ups = &cell.upgrades;
+    assert_eq!(ups[0].outcome, SwapOutcome::Verified, "{:?}", ups[0]);
+    let read = ups[0].integrity.unwrap();
+    assert_eq!(read.lost, 0, "{:?}", ups[0]);
+    assert!(read.verified >= 3000);
     // 7.8 refused the database 11.8 wrote, in its own words.
-    assert_eq!(ups[1]["outcome"], "refused", "{}", ups[1]);
-    let reason = ups[1]["reason"].as_str().unwrap();
+    assert_eq!(ups[1].outcome, SwapOutcome::Refused, "{:?}", ups[1]);
+    let reason = ups[1].reason.as_deref().unwrap();
     assert!(reason.contains("unsupported format_version"), "{reason}");
     // After COMPACT, every key is in 11.8's LZ4 files: no Snappy is left.
-    let last = &cell["offline"][1]["inspection"];
-    assert!(last["rocksdb_version"].as_str().unwrap().starts_with("11."));
-    assert!(last["compression"]["Snappy"].is_null(), "{last}");
-    assert!(
-        last["compression"]["LZ4"]["entries"].as_u64().unwrap() >= 3000,
-        "{last}"
-    );
-    assert_eq!(last["integrity"]["lost"], 0, "{last}");
+    let last = &cell.offline[1].inspection;
+    assert!(last.rocksdb_version.as_deref().unwrap().starts_with("11."));
+    assert!(!last.compression.contains_key("Snappy"), "{last:?}");
+    assert!(last.compression["LZ4"].entries >= 3000, "{last:?}");
+    assert_eq!(last.integrity.unwrap().lost, 0, "{last:?}");
 }
 
 #[test]
@@ -1372,24 +1305,19 @@ fn shards_merge_into_one_report_and_a_report_renders_again_from_its_summary() {
         merged_dir.as_os_str(),
     ]);
     assert_eq!(o.status.code(), Some(0), "{o:?}");
-    let merged: Value =
-        serde_json::from_str(&std::fs::read_to_string(merged_dir.join("summary.json")).unwrap())
-            .unwrap();
-    let cells = merged["cells"].as_array().unwrap();
-    assert_eq!(cells.len(), 6, "{merged}");
-    assert!(merged["shard"].is_null());
+    let merged = load_summary(&merged_dir.join("summary.json"));
+    let cells = &merged.cells;
+    assert_eq!(cells.len(), 6, "{merged:?}");
+    assert!(merged.shard.is_none());
     // In the suite's order, as one unsharded run has them.
     let whole = soak_run("tests/suites/matrix.yaml", &[]);
-    let ids = |cells: &[Value]| cells.iter().map(|c| c["id"].clone()).collect::<Vec<_>>();
-    assert_eq!(
-        ids(cells),
-        ids(whole.summary()["cells"].as_array().unwrap())
-    );
-    assert_eq!(merged["merged"].as_array().unwrap().len(), 2);
+    let ids = |cells: &[CellResult]| cells.iter().map(|c| c.id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(cells), ids(&whole.summary().cells));
+    assert_eq!(merged.merged.len(), 2);
     // Every file a merged cell names is found from the merged report.
     for c in cells {
-        for f in c["files"].as_object().unwrap().values() {
-            let f = merged_dir.join(f.as_str().unwrap());
+        for f in c.files.values() {
+            let f = merged_dir.join(f);
             assert!(f.exists(), "{}", f.display());
         }
     }
@@ -1441,7 +1369,7 @@ fn nodes_that_are_not_resp_servers_are_told_ready_by_http_log_or_a_command() {
     ] {
         let run = soak_run(suite_file, &[]);
         assert_eq!(run.code(), 0, "{suite_file}: {}", run.stderr());
-        assert_eq!(run.cell()["verdict"], "pass", "{suite_file}");
+        assert_eq!(run.cell().verdict, Verdict::Pass, "{suite_file}");
     }
     // redis-cli ping is answered only after "Ready to accept connections":
     // the exec phase right after readiness succeeded in both.

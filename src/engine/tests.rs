@@ -1,7 +1,8 @@
 //! The engine's riskiest logic against a fake node, in paused time: the
 //! crash-loop limit, deaths seen through the exit future and classified,
 //! a refused downgrade rolled forward, a chaos schedule applied as
-//! planned, and an interrupt. (The same logic runs end to end against
+//! planned, and an interrupt; and, with a fake RESP node on loopback, an
+//! OOM kill in the middle of a read-back. (The same logic runs end to end against
 //! real processes in tests/run.rs.)
 
 use std::sync::atomic::{AtomicI32, AtomicU32};
@@ -18,12 +19,14 @@ use crate::model::{Cause, Swap, SwapOutcome};
 use crate::suite::Phase;
 
 /// How an incarnation of the fake node lives.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Life {
     /// Until soak stops or kills it.
     Long,
     /// Dies on its own after this long, as an OOM kill or a crash.
     Dies(Duration, Death),
+    /// Dies the moment it is told to.
+    DiesWhen(Arc<tokio::sync::Notify>, Death),
     /// Never gets ready: the start fails.
     Refuses,
 }
@@ -89,13 +92,24 @@ impl Node for FakeNode {
             });
         }
         let (tx, rx) = watch::channel(None);
-        if let Life::Dies(after, death) = life {
-            self.death = death;
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(after).await;
-                let _ = tx.send(Some(Exit::Signal(9)));
-            });
+        match life {
+            Life::Dies(after, death) => {
+                self.death = death;
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(after).await;
+                    let _ = tx.send(Some(Exit::Signal(9)));
+                });
+            }
+            Life::DiesWhen(told, death) => {
+                self.death = death;
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    told.notified().await;
+                    let _ = tx.send(Some(Exit::Signal(9)));
+                });
+            }
+            _ => {}
         }
         self.tx = Some(tx);
         self.exit = Some(rx);
@@ -191,7 +205,19 @@ struct Run {
 
 /// Runs `yaml`'s phases against `node`, with versions `node` (argv
 /// `new`) and `old` (argv `old`); `interrupt_at` sends an interrupt then.
-async fn run(mut node: FakeNode, yaml: &str, interrupt_at: Option<Duration>) -> Run {
+async fn run(node: FakeNode, yaml: &str, interrupt_at: Option<Duration>) -> Run {
+    run_with(node, yaml, interrupt_at, None, String::new()).await
+}
+
+/// As [`run`], with a workload whose ledger is read back through
+/// `verify_target`.
+async fn run_with(
+    mut node: FakeNode,
+    yaml: &str,
+    interrupt_at: Option<Duration>,
+    load: Option<&mut crate::workload::Engine>,
+    verify_target: String,
+) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let seen = Seen::default();
     let mut bus = Bus::new("fake", tokio::time::Instant::now()).with(seen.clone());
@@ -228,7 +254,7 @@ async fn run(mut node: FakeNode, yaml: &str, interrupt_at: Option<Duration>) -> 
         data_dir: None,
     };
     let calls = node.calls.clone();
-    let mut cell = Cell::new(&mut node, None, target, &mut bus, String::new(), rx, ctx);
+    let mut cell = Cell::new(&mut node, load, target, &mut bus, verify_target, rx, ctx);
     let mut result = cell.first_start().await;
     if result.is_ok() {
         result = cell.run_phases(&phases(yaml)).await;
@@ -385,4 +411,111 @@ async fn a_live_limit_is_read_back_and_said() {
         "{}",
         r.bus.recorder.phases[0].outcome
     );
+}
+
+/// A node that answers MGETs of the ledger's keys with what the ledger
+/// holds, except on its first connection: there it is OOM-killed as the
+/// read-back's first request arrives (the node is told to die, then the
+/// connection drops), as a node whose caches fill under a read-back is.
+async fn dies_under_first_read_back(
+    ledger: Arc<crate::workload::Ledger>,
+    die: Arc<tokio::sync::Notify>,
+) -> String {
+    use crate::net::resp;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut buf = vec![];
+            let mut chunk = [0u8; 65536];
+            if first {
+                first = false;
+                let _ = s.read(&mut chunk).await;
+                die.notify_one();
+                continue;
+            }
+            let ledger = ledger.clone();
+            tokio::spawn(async move {
+                loop {
+                    // A request is an array of bulk strings: a reply's
+                    // shape too, so soak's own parser reads it.
+                    match resp::parse(&buf) {
+                        Ok(Some((resp::Reply::Array(Some(args)), used))) => {
+                            let args: Vec<Vec<u8>> =
+                                args.iter().map(|a| a.unwrap().to_vec()).collect();
+                            buf.drain(..used);
+                            let mut out = vec![];
+                            resp::array_header(&mut out, args.len() - 1);
+                            for name in &args[1..] {
+                                let k = crate::workload::Ledger::parse_key(name).unwrap();
+                                let (v, _) = ledger.snapshot(k);
+                                resp::bulk_arg(&mut out, &ledger.value(k, v));
+                            }
+                            if s.write_all(&out).await.is_err() {
+                                return;
+                            }
+                        }
+                        Ok(None) => match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        },
+                        _ => return,
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn an_oom_kill_during_a_read_back_is_a_restart_and_the_read_back_starts_again() {
+    let die = Arc::new(tokio::sync::Notify::new());
+    let told = die.clone();
+    let node = FakeNode::new(move |_, n| match n {
+        1 => Life::DiesWhen(told.clone(), Death::Oom),
+        _ => Life::Long,
+    });
+    let mut load = crate::workload::Engine::new(crate::workload::LoadConfig {
+        target: String::new(),
+        keys: 2000,
+        value_size: (16, 64),
+        set: 1.0,
+        get: 0.0,
+        del: 0.0,
+        mget: 0.0,
+        mget_keys: 1,
+        rate: Some(1.0),
+        pipeline: 1,
+        connections: 1,
+        timeout: Duration::from_secs(5),
+        seed: 3,
+        distribution: crate::workload::dist::Distribution::Uniform,
+    });
+    let ledger = load.ledger.clone();
+    for k in 0..2000 {
+        let v = ledger.next_set_version(k);
+        ledger.ack(k, v);
+    }
+    let target = dies_under_first_read_back(ledger, die).await;
+    let r = run_with(node, "- verify", None, Some(&mut load), target).await;
+    r.result.unwrap();
+    // The death is the cell's one restart, put down to the kernel.
+    let restarts = &r.bus.recorder.restarts;
+    assert_eq!(restarts.len(), 1, "{restarts:?}");
+    assert_eq!(restarts[0].reason, Cause::Oom);
+    // The read-back began again on the restarted node and read every key.
+    let seen = r.seen.0.lock().unwrap();
+    assert!(
+        seen.iter()
+            .any(|(_, l)| l.contains("the node died during the read-back")),
+        "{seen:?}"
+    );
+    // Twice every key: the restart's own read-back, then the verify's.
+    assert!(restarts[0].readback_s.is_some(), "{restarts:?}");
+    assert_eq!(restarts[0].lost, 0);
+    let i = r.bus.recorder.integrity;
+    assert_eq!((i.verified, i.lost, i.corrupted), (4000, 0, 0), "{i:?}");
 }

@@ -100,8 +100,8 @@ pub enum ReverifyError {
     Environment(String),
 }
 
-/// What `soak verify` found.
-#[derive(Debug, Clone, Serialize)]
+/// What `soak verify` found (`verify.json`).
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Reverified {
     pub integrity: super::Integrity,
     /// The first write found lost (or corrupted, or resurrected).
