@@ -21,6 +21,10 @@ use crate::lock::{is_alive, lock_dir};
 pub struct Cleaned {
     pub processes: Vec<(i32, String)>,
     pub cgroups: Vec<PathBuf>,
+    /// Containers removed: (name, run).
+    pub containers: Vec<(String, String)>,
+    /// Why containers were not looked for (no engine answered).
+    pub containers_unchecked: Option<String>,
 }
 
 /// The run id a process was labelled with, from `/proc/PID/environ`.
@@ -105,7 +109,42 @@ pub fn cleanup(run: Option<&str>, force: bool) -> Cleaned {
             }
         }
     }
-    Cleaned { processes, cgroups }
+    let (containers, containers_unchecked) = match containers(run, &alive) {
+        Ok(c) => (c, None),
+        Err(e) => (vec![], Some(e)),
+    };
+    Cleaned {
+        processes,
+        cgroups,
+        containers,
+        containers_unchecked,
+    }
+}
+
+/// Removes the containers of soak's runs on the engine `DOCKER_HOST` names
+/// (else the local one) that this machine's soak made and whose run is not
+/// alive: a shared engine's containers of other machines' runs are theirs.
+fn containers(
+    run: Option<&str>,
+    alive: &dyn Fn(&str) -> bool,
+) -> Result<Vec<(String, String)>, String> {
+    use crate::driver::docker::{container, engine};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let e = engine::connect(None).await.map_err(|e| e.to_string())?;
+        let here = container::machine();
+        let mut out = vec![];
+        for c in container::labelled(&e.docker).await? {
+            if run.is_none_or(|r| r == c.run) && c.machine == here && !alive(&c.run) {
+                container::remove(&e.docker, &c.id).await?;
+                out.push((c.name, c.run));
+            }
+        }
+        Ok(out)
+    })
 }
 
 #[cfg(test)]

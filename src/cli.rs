@@ -218,8 +218,17 @@ pub fn main() -> i32 {
             for cg in &cleaned.cgroups {
                 println!("removed cgroup {}", cg.display());
             }
-            if cleaned.processes.is_empty() && cleaned.cgroups.is_empty() {
+            for (name, run) in &cleaned.containers {
+                println!("removed container {name} (run {run})");
+            }
+            if cleaned.processes.is_empty()
+                && cleaned.cgroups.is_empty()
+                && cleaned.containers.is_empty()
+            {
                 println!("nothing to clean up");
+            }
+            if let Some(why) = &cleaned.containers_unchecked {
+                println!("containers not checked: {why}");
             }
             exit::PASS
         }

@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use crate::driver::allocator::{self, Profile};
 use crate::driver::cgroup::Limits;
+use crate::driver::docker::container::{
+    ContainerPlan, LABEL_CELL, LABEL_MACHINE, LABEL_RUN, LABEL_SUITE,
+};
 use crate::driver::process::{Probe, Spec};
 use crate::driver::Launch;
 use crate::suite::{template, CellDef, LoadRate, Suite, BASE_VERSION};
@@ -36,6 +39,10 @@ pub struct RunContext {
     /// Whether an allocator library that is not installed is an error
     /// (a run) or left for the run to find (`soak validate`).
     pub find_libraries: bool,
+    /// `--docker-host`, for container nodes.
+    pub docker_host: Option<String>,
+    /// The suite's name, for the containers' labels.
+    pub suite_name: String,
 }
 
 impl RunContext {
@@ -56,6 +63,8 @@ impl RunContext {
             interval: None,
             real_ports: false,
             find_libraries: false,
+            docker_host: None,
+            suite_name: String::new(),
         }
     }
 }
@@ -88,6 +97,8 @@ pub struct CellPlan {
     pub node: Spec,
     /// Every version's argv and environment; `node` is the base.
     pub versions: BTreeMap<String, Launch>,
+    /// How the node's containers are made, when it runs as a container.
+    pub container: Option<ContainerPlan>,
     pub allocator: Option<AllocatorPlan>,
     pub load: Option<LoadConfig>,
     /// The node's Prometheus endpoint, where it has one.
@@ -278,7 +289,11 @@ fn versions(
             env.retain(|(ek, _)| ek != k);
             env.push((k.clone(), x));
         }
-        out.insert(name.clone(), Launch { argv, env });
+        let image = match &v.image {
+            Some(i) => Some(r.one(&format!("versions.{name}.image"), i)?),
+            None => base.image.clone(),
+        };
+        out.insert(name.clone(), Launch { argv, env, image });
     }
     Ok(out)
 }
@@ -335,7 +350,35 @@ pub fn resolve(
     let base = Launch {
         argv: r.argv("node.command", &suite.node.command)?,
         env,
+        image: match &suite.node.image {
+            Some(i) => Some(r.one("node.image", i)?),
+            None => None,
+        },
     };
+    let container =
+        base.image.as_ref().map(|_| ContainerPlan {
+            host: ctx.docker_host.clone(),
+            name: format!("soak-{}-{index}", ctx.run_id),
+            labels: [
+                (LABEL_RUN.to_string(), ctx.run_id.clone()),
+                (LABEL_CELL.to_string(), def.id.clone()),
+                (LABEL_SUITE.to_string(), ctx.suite_name.clone()),
+                (
+                    LABEL_MACHINE.to_string(),
+                    crate::driver::docker::container::machine(),
+                ),
+            ]
+            .into(),
+            mounts: vec![dir.clone()],
+            // soak's own user by default, so that the node's files in the cell
+            // folder are soak's to read, verify and remove.
+            user: Some(
+                suite.node.user.clone().unwrap_or_else(|| {
+                    format!("{}:{}", nix::unistd::getuid(), nix::unistd::getgid())
+                }),
+            ),
+            memory: suite.limits.memory.map(|s| s.0),
+        });
     let node = Spec {
         argv: base.argv.clone(),
         env: base.env.clone(),
@@ -361,6 +404,7 @@ pub fn resolve(
         index,
         rel_dir,
         versions: versions(suite, &base, &r)?,
+        container,
         load: load_config(suite, &r, ctx.seed)?,
         scrape,
         node,

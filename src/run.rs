@@ -11,8 +11,11 @@ use tokio::sync::watch;
 
 use crate::analysis;
 use crate::driver::allocator;
+use crate::driver::any::AnyNode;
 use crate::driver::cgroup::{self, place::Placement, Cgroup};
+use crate::driver::docker::container::ContainerNode;
 use crate::driver::process::ProcessNode;
+use crate::driver::Node;
 use crate::engine::checks::{self, Measured};
 use crate::engine::event::{Bus, Event, Jsonl};
 use crate::engine::record::Recorder;
@@ -68,6 +71,11 @@ pub struct RunOptions {
     /// Only the verdict and the report's path: no event lines, no progress.
     #[arg(long, short)]
     pub quiet: bool,
+    /// The Docker engine for container nodes (`unix:///PATH`,
+    /// `tcp://HOST:PORT`, with TLS when `DOCKER_TLS_VERIFY` is set,
+    /// `ssh://USER@HOST`); default `DOCKER_HOST`, else the local socket.
+    #[arg(long, value_name = "URL")]
+    pub docker_host: Option<String>,
 }
 
 /// A run that could not produce a verdict.
@@ -227,6 +235,8 @@ pub async fn run(
         interval: opts.interval,
         real_ports: true,
         find_libraries: true,
+        docker_host: opts.docker_host.clone(),
+        suite_name: suite.name.clone(),
     };
     progress.begin_run(&suite, cells.len(), opts.duration_scale);
 
@@ -309,20 +319,10 @@ fn summary_of(
 fn prepare_node(
     plan: &CellPlan,
     placement: Option<&Placement>,
-) -> Result<(ProcessNode, Option<Arc<Cgroup>>), RunError> {
+) -> Result<(AnyNode, Option<Arc<Cgroup>>), RunError> {
     let env_err = |what: &str, e: std::io::Error| RunError::Environment(format!("{what}: {e}"));
     std::fs::create_dir_all(&plan.data_dir)
         .map_err(|e| env_err("cannot create the cell folder", e))?;
-    let cg = match placement.map(|p| p.create(&plan.cgroup_name, plan.limits)) {
-        Some(Ok(cg)) => Some(cg),
-        Some(Err(e)) if plan.needs_cgroup => {
-            return Err(RunError::Environment(format!(
-                "limits.memory needs a memory cgroup: {e}"
-            )))
-        }
-        _ => None,
-    };
-    let view = cg.as_ref().map(|c| Arc::new(c.view()));
     crate::verify::saved::SavedNode::of(
         &plan.node,
         plan.load.as_ref().map(|l| l.target.clone()),
@@ -333,7 +333,28 @@ fn prepare_node(
     )
     .write(&plan.dir.join("node.json"))
     .map_err(|e| env_err("node.json", e))?;
-    Ok((ProcessNode::new(plan.node.clone(), cg), view))
+    // A container's limits and cgroup are the engine's.
+    if let (Some(c), Some(image)) = (
+        &plan.container,
+        &plan.versions[crate::suite::BASE_VERSION].image,
+    ) {
+        let node = ContainerNode::new(plan.node.clone(), image.clone(), c.clone());
+        return Ok((AnyNode::Container(node), None));
+    }
+    let cg = match placement.map(|p| p.create(&plan.cgroup_name, plan.limits)) {
+        Some(Ok(cg)) => Some(cg),
+        Some(Err(e)) if plan.needs_cgroup => {
+            return Err(RunError::Environment(format!(
+                "limits.memory needs a memory cgroup: {e}"
+            )))
+        }
+        _ => None,
+    };
+    let view = cg.as_ref().map(|c| Arc::new(c.view()));
+    Ok((
+        AnyNode::Process(ProcessNode::new(plan.node.clone(), cg)),
+        view,
+    ))
 }
 
 /// What telemetry kept while the cell ran.
@@ -403,7 +424,7 @@ impl Telemetry {
 
 /// The first start, the allocator's proof, the phases, and the end.
 async fn drive(
-    cell: &mut Cell<'_, ProcessNode>,
+    cell: &mut Cell<'_, AnyNode>,
     plan: &CellPlan,
     phases: &[crate::suite::Phase],
 ) -> Result<(), CellError> {
@@ -438,6 +459,7 @@ async fn run_cell(
         segment: Arc::new(AtomicU32::new(0)),
         cgroup: cg.clone(),
         data_dir: Some(plan.data_dir.clone()),
+        pid_cgroup: plan.container.is_some(),
     };
     let mut load = plan.load.clone().map(Engine::new);
     if let Some(l) = load.as_mut() {
@@ -448,7 +470,14 @@ async fn run_cell(
     bus.emit(Event::Cell {
         seed: plan.seed,
         allocator: plan.allocator.as_ref().map(|a| a.text.clone()),
-        cgroup: cg.as_ref().map(|c| c.path.display().to_string()),
+        cgroup: match (&cg, &plan.container) {
+            (Some(c), _) => Some(c.path.display().to_string()),
+            (None, Some(c)) => Some(format!(
+                "the container's, made by the Docker engine {}",
+                crate::driver::docker::engine::host(c.host.as_deref())
+            )),
+            (None, None) => None,
+        },
     });
     let telemetry = Telemetry::start(plan, &target, origin)?;
     let ctx = Context {
@@ -487,8 +516,20 @@ async fn run_cell(
     let cgroup = cg
         .as_deref()
         .map(|c| cgroup_summary(c, placement, &samples));
-    let oom_kills = cg.as_ref().map(|c| c.oom_kills()).unwrap_or(0);
-    node.shutdown();
+    // A container's cgroup goes with it: its OOM kills are the engine's
+    // word (`OOMKilled`), one per restart it caused.
+    let oom_restarts = bus
+        .recorder
+        .restarts
+        .iter()
+        .filter(|r| r.reason == crate::model::Cause::Oom)
+        .count() as u64;
+    let oom_kills = cg
+        .as_ref()
+        .map(|c| c.oom_kills())
+        .unwrap_or(0)
+        .max(oom_restarts);
+    node.shutdown().await;
     if let Err(e) = &outcome {
         if e.never_started() && bus.recorder.restarts.is_empty() {
             bus.error(e.to_string());

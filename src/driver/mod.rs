@@ -1,8 +1,10 @@
 //! Drivers run a node's life: start, readiness, signals, stop, and where its
 //! memory can be read, behind one trait, [`Node`], that the engine drives.
-//! `process` runs a local process tree in a cgroup.
+//! `process` runs a local process tree in a cgroup; `docker` runs it as a
+//! container on a local or remote Docker engine.
 
 pub mod allocator;
+pub mod any;
 pub mod cgroup;
 pub mod docker;
 pub mod process;
@@ -49,6 +51,8 @@ pub enum Death {
 pub struct Launch {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// The container image (the Docker driver); none for a process.
+    pub image: Option<String>,
 }
 
 /// A future that resolves when the running incarnation exits.
@@ -67,8 +71,8 @@ pub trait Node: Send {
     /// Kills with `sig` and waits for the exit (SIGKILL if it lingers).
     fn kill(&mut self, sig: Signal) -> impl Future<Output = Result<Exit, DriverError>> + Send;
     /// Freezes the node (SIGSTOP, or the cgroup freezer) until `resume`.
-    fn pause(&mut self) -> Result<(), DriverError>;
-    fn resume(&mut self) -> Result<(), DriverError>;
+    fn pause(&mut self) -> impl Future<Output = Result<(), DriverError>> + Send;
+    fn resume(&mut self) -> impl Future<Output = Result<(), DriverError>> + Send;
     /// Resolves when the running incarnation exits; pending forever when
     /// none runs.
     fn exited(&self) -> Exited;
@@ -83,12 +87,15 @@ pub trait Node: Send {
     fn pid(&self) -> Option<i32>;
     /// Sets the memory limit live; returns what the kernel holds now, as
     /// read back (`memory.max read back: N`).
-    fn set_memory_limit(&self, bytes: u64) -> Result<String, DriverError>;
+    fn set_memory_limit(
+        &mut self,
+        bytes: u64,
+    ) -> impl Future<Output = Result<String, DriverError>> + Send;
     /// What the next start runs.
     fn use_version(&mut self, launch: &Launch);
-    /// Kills everything and removes what the node had (its cgroup).
-    /// Idempotent.
-    fn shutdown(&mut self);
+    /// Kills everything and removes what the node had (its cgroup, its
+    /// containers). Idempotent.
+    fn shutdown(&mut self) -> impl Future<Output = ()> + Send;
 }
 
 /// The path of `tool` on the PATH.

@@ -456,11 +456,11 @@ impl Node for ProcessNode {
         ProcessNode::kill(self, sig).await.map(Exit::from)
     }
 
-    fn pause(&mut self) -> Result<(), DriverError> {
+    async fn pause(&mut self) -> Result<(), DriverError> {
         self.signal(Signal::SIGSTOP)
     }
 
-    fn resume(&mut self) -> Result<(), DriverError> {
+    async fn resume(&mut self) -> Result<(), DriverError> {
         self.signal(Signal::SIGCONT)
     }
 
@@ -494,7 +494,7 @@ impl Node for ProcessNode {
         ProcessNode::pid(self)
     }
 
-    fn set_memory_limit(&self, bytes: u64) -> Result<String, DriverError> {
+    async fn set_memory_limit(&mut self, bytes: u64) -> Result<String, DriverError> {
         let Some(cg) = &self.cgroup else {
             return Err(DriverError::Io(
                 "`limit` needs the node's cgroup, and it has none".into(),
@@ -519,7 +519,7 @@ impl Node for ProcessNode {
         self.spec.env = launch.env.clone();
     }
 
-    fn shutdown(&mut self) {
+    async fn shutdown(&mut self) {
         ProcessNode::shutdown(self)
     }
 }

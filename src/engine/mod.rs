@@ -400,12 +400,12 @@ impl<'a, N: Node> Cell<'a, N> {
     /// Frozen for `d`, then thawed, whatever happens in between.
     async fn pause_node(&mut self, d: Duration) -> Result<String, CellError> {
         self.supervise().await?;
-        self.node.pause()?;
+        self.node.pause().await?;
         self.bus.emit(Event::Paused {
             for_s: d.as_secs_f64(),
         });
         let held = self.hold(d).await;
-        let _ = self.node.resume();
+        let _ = self.node.resume().await;
         self.bus.emit(Event::Resumed);
         held?;
         Ok("paused and resumed".into())
@@ -795,6 +795,7 @@ impl<'a, N: Node> Cell<'a, N> {
         let read = self
             .node
             .set_memory_limit(bytes)
+            .await
             .map_err(|e| CellError::Setup(e.to_string()))?;
         let text = format!("memory limit {} ({read})", crate::units::Bytes(bytes));
         self.bus.emit(Event::Limit {

@@ -57,7 +57,7 @@ impl FakeNode {
             life: Box::new(life),
             launch: Launch {
                 argv: vec!["new".into()],
-                env: vec![],
+                ..Default::default()
             },
             exit: None,
             tx: None,
@@ -126,11 +126,11 @@ impl Node for FakeNode {
         Ok(self.end(Exit::Signal(sig as i32)))
     }
 
-    fn pause(&mut self) -> Result<(), DriverError> {
+    async fn pause(&mut self) -> Result<(), DriverError> {
         Ok(())
     }
 
-    fn resume(&mut self) -> Result<(), DriverError> {
+    async fn resume(&mut self) -> Result<(), DriverError> {
         Ok(())
     }
 
@@ -166,7 +166,7 @@ impl Node for FakeNode {
         self.exit.as_ref().map(|_| 4242)
     }
 
-    fn set_memory_limit(&self, bytes: u64) -> Result<String, DriverError> {
+    async fn set_memory_limit(&mut self, bytes: u64) -> Result<String, DriverError> {
         Ok(format!("memory.max read back: {bytes}"))
     }
 
@@ -174,7 +174,7 @@ impl Node for FakeNode {
         self.launch = launch.clone();
     }
 
-    fn shutdown(&mut self) {
+    async fn shutdown(&mut self) {
         self.end(Exit::Signal(9));
     }
 }
@@ -232,7 +232,7 @@ async fn run_with(
     }
     let launch = |a: &str| Launch {
         argv: vec![a.into()],
-        env: vec![],
+        ..Default::default()
     };
     let ctx = Context {
         dir: dir.path().to_path_buf(),
@@ -252,6 +252,7 @@ async fn run_with(
         segment: Arc::new(AtomicU32::new(0)),
         cgroup: None,
         data_dir: None,
+        pid_cgroup: false,
     };
     let calls = node.calls.clone();
     let mut cell = Cell::new(&mut node, load, target, &mut bus, verify_target, rx, ctx);

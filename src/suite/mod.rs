@@ -61,8 +61,13 @@ pub struct Suite {
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Version {
-    /// The argv, templated; never run through a shell.
+    /// The argv, templated; never run through a shell. For a container,
+    /// the container's command (empty: the image's own).
+    #[serde(default)]
     pub command: Vec<String>,
+    /// Another image, for a container node: an upgrade is an image swap
+    /// on the same data.
+    pub image: Option<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
 }
@@ -93,8 +98,16 @@ fn default_interval() -> Dur {
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSpec {
-    /// The argv, templated; never run through a shell.
+    /// The argv, templated; never run through a shell. With `image`, the
+    /// container's command (empty: the image's own).
+    #[serde(default)]
     pub command: Vec<String>,
+    /// Run the node as a container of this image (`NAME[:TAG]`) on the
+    /// Docker engine (`--docker-host`, `DOCKER_HOST`, else the local one),
+    /// instead of as a local process.
+    pub image: Option<String>,
+    /// The user the container runs as (`UID[:GID]` or a name in the image).
+    pub user: Option<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// The allocator, unless the matrix has an `allocator` axis.
@@ -375,8 +388,15 @@ impl Suite {
     /// Checks that span fields; each problem is (path, message).
     fn check(&self) -> Vec<(String, String)> {
         let mut out = vec![];
-        if self.node.command.is_empty() {
-            out.push(("node.command".into(), "the command is empty: give the node's argv, e.g. [\"${SOAK_NODE}\", \"--port\", \"${PORT}\"]".into()));
+        if self.node.command.is_empty() && self.node.image.is_none() {
+            out.push(("node.command".into(), "the command is empty: give the node's argv, e.g. [\"${SOAK_NODE}\", \"--port\", \"${PORT}\"], or an `image:` to run as a container".into()));
+        }
+        for (name, v) in &self.versions {
+            match (&v.image, &self.node.image) {
+                (Some(_), None) => out.push((format!("versions.{name}.image"), "the node runs as a process: give `node.image` too to run every version as a container, or give this version a `command`".into())),
+                (None, None) if v.command.is_empty() => out.push((format!("versions.{name}.command"), "the command is empty: give this version's argv".into())),
+                _ => {}
+            }
         }
         if let (Some(high), Some(max)) = (self.limits.high, self.limits.memory) {
             if high.0 > max.0 {
@@ -630,7 +650,13 @@ impl Suite {
         if let Some(w) = &self.workload {
             templated.push(("workload.resp.target".into(), &w.resp.target));
         }
+        if let Some(image) = &self.node.image {
+            templated.push(("node.image".into(), image));
+        }
         for (name, v) in &self.versions {
+            if let Some(image) = &v.image {
+                templated.push((format!("versions.{name}.image"), image));
+            }
             for (i, a) in v.command.iter().enumerate() {
                 templated.push((format!("versions.{name}.command[{i}]"), a));
             }

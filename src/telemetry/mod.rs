@@ -90,6 +90,9 @@ pub struct Target {
     pub segment: Arc<AtomicU32>,
     pub cgroup: Option<Arc<Cgroup>>,
     pub data_dir: Option<PathBuf>,
+    /// Without a cgroup of soak's: read the one the node's process is in
+    /// (a container's, which its engine made and remakes at each start).
+    pub pid_cgroup: bool,
 }
 
 /// Bytes a directory tree takes on disk (allocated blocks, as `du`).
@@ -178,7 +181,11 @@ impl Target {
             (None, 0) => vec![],
             (None, pid) => process_tree(pid),
         };
-        let cg = self.cgroup.as_deref();
+        let found = match (&self.cgroup, pid) {
+            (None, pid) if self.pid_cgroup && pid != 0 => Cgroup::of_pid(pid),
+            _ => None,
+        };
+        let cg = self.cgroup.as_deref().or(found.as_ref());
         let mem = cg.map(|c| c.memory()).unwrap_or_default();
         let events = cg.map(|c| c.events()).unwrap_or_default();
         let pressure = cg.and_then(|c| c.pressure());
@@ -348,6 +355,7 @@ mod tests {
             pid: Arc::new(AtomicI32::new(std::process::id() as i32)),
             segment: Arc::new(AtomicU32::new(0)),
             cgroup: None,
+            pid_cgroup: false,
             data_dir: Some(dir.path().to_path_buf()),
         };
         let sampler = Sampler::start(

@@ -1,6 +1,8 @@
 //! Helpers for tests that start the real binaries.
 #![allow(dead_code)]
 
+pub mod soak;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -114,5 +116,33 @@ impl Drop for Node {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A Docker engine that answers, and the images of `containers/` built
+/// from this build's soak-node (once per test binary; the engine's build
+/// cache makes it quick when nothing changed). Fails with what to do.
+pub fn require_docker_images() {
+    static BUILT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let info = Command::new("docker").arg("info").output();
+        if !info.is_ok_and(|o| o.status.success()) {
+            return Err("no Docker engine answers: run scripts/test (it starts one), or `apt-get install docker.io` and `dockerd --iptables=false --bridge=none --storage-driver=vfs &`".into());
+        }
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out = Command::new(root.join("containers/build"))
+            .arg(env!("CARGO_BIN_EXE_soak-node"))
+            .output()
+            .map_err(|e| format!("containers/build: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "containers/build failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(())
+    });
+    if let Err(e) = built {
+        panic!("{e}");
     }
 }

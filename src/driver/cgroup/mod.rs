@@ -426,6 +426,38 @@ impl Cgroup {
         kill_all_in(&self.path, self.version);
     }
 
+    /// The memory cgroup a process is in, to read and never remove: a
+    /// container's, which its engine made (v1: the `memory` controller's
+    /// hierarchy; v2: the unified one, when it has the memory controller).
+    pub fn of_pid(pid: i32) -> Option<Cgroup> {
+        let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        let v1 = text.lines().find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == "memory")
+                .then(|| PathBuf::from(format!("/sys/fs/cgroup/memory{path}")))
+        });
+        let found = match v1 {
+            Some(p) => Some((p, Version::V1)),
+            None => text
+                .lines()
+                .find_map(|l| l.strip_prefix("0::"))
+                .map(|path| (PathBuf::from(format!("/sys/fs/cgroup{path}")), Version::V2)),
+        };
+        let (path, version) = found?;
+        let probe = match version {
+            Version::V1 => "memory.usage_in_bytes",
+            Version::V2 => "memory.current",
+        };
+        path.join(probe).exists().then_some(Cgroup {
+            path,
+            version,
+            removed: true,
+        })
+    }
+
     /// A handle for reading the same cgroup that never removes it, for
     /// samplers that run beside the owner.
     pub fn view(&self) -> Cgroup {

@@ -1,4 +1,5 @@
 //! The Docker driver: nodes as containers on a local or remote engine,
 //! through bollard.
 
+pub mod container;
 pub mod engine;

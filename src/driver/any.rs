@@ -1,0 +1,68 @@
+//! The driver a cell's plan asks for, as one type the engine drives.
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use super::docker::container::ContainerNode;
+use super::process::ProcessNode;
+use super::{Death, DriverError, Exit, Exited, Launch, Node};
+
+// One per running cell: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum AnyNode {
+    Process(ProcessNode),
+    Container(ContainerNode),
+}
+
+/// The same call on whichever driver it is.
+macro_rules! each {
+    ($self:ident, $n:ident => $e:expr) => {
+        match $self {
+            AnyNode::Process($n) => $e,
+            AnyNode::Container($n) => $e,
+        }
+    };
+}
+
+impl Node for AnyNode {
+    async fn start(&mut self) -> Result<Duration, DriverError> {
+        each!(self, n => Node::start(n).await)
+    }
+    async fn stop(&mut self) -> Result<Exit, DriverError> {
+        each!(self, n => Node::stop(n).await)
+    }
+    async fn kill(&mut self, sig: Signal) -> Result<Exit, DriverError> {
+        each!(self, n => Node::kill(n, sig).await)
+    }
+    async fn pause(&mut self) -> Result<(), DriverError> {
+        each!(self, n => Node::pause(n).await)
+    }
+    async fn resume(&mut self) -> Result<(), DriverError> {
+        each!(self, n => Node::resume(n).await)
+    }
+    fn exited(&self) -> Exited {
+        each!(self, n => Node::exited(n))
+    }
+    fn exit(&self) -> Option<Exit> {
+        each!(self, n => Node::exit(n))
+    }
+    fn death(&mut self) -> Death {
+        each!(self, n => Node::death(n))
+    }
+    fn running(&self) -> bool {
+        each!(self, n => Node::running(n))
+    }
+    fn pid(&self) -> Option<i32> {
+        each!(self, n => Node::pid(n))
+    }
+    async fn set_memory_limit(&mut self, bytes: u64) -> Result<String, DriverError> {
+        each!(self, n => Node::set_memory_limit(n, bytes).await)
+    }
+    fn use_version(&mut self, launch: &Launch) {
+        each!(self, n => Node::use_version(n, launch))
+    }
+    async fn shutdown(&mut self) {
+        each!(self, n => Node::shutdown(n).await)
+    }
+}

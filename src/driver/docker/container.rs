@@ -1,0 +1,575 @@
+//! A node as a container: each start creates a container from the
+//! version's image on the cell's folder (bind-mounted at the same path, so
+//! offline verification, disk sampling and `soak verify` read it as they
+//! read a process's), on the host's network (the node listens on the
+//! host's loopback), with the memory limit from `limits`, labelled so that
+//! `soak cleanup` finds it. Its logs are followed into node.log; its death
+//! is the engine's: the wait endpoint, then the container's state
+//! (`OOMKilled`, the exit code).
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use bollard::models::{ContainerCreateBody, ContainerUpdateBody, HostConfig};
+use bollard::query_parameters::{
+    CreateContainerOptions, InspectContainerOptions, KillContainerOptions, LogsOptions,
+    RemoveContainerOptions, StopContainerOptions, WaitContainerOptions,
+};
+use futures::StreamExt;
+use nix::sys::signal::Signal;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::engine::{self, Engine};
+use crate::driver::process::{probe, tail_from, Spec};
+use crate::driver::{Death, DriverError, Exit, Exited, Launch, Node};
+
+/// Labels every container of soak carries.
+pub const LABEL_RUN: &str = "soak.run";
+pub const LABEL_CELL: &str = "soak.cell";
+pub const LABEL_SUITE: &str = "soak.suite";
+pub const LABEL_MACHINE: &str = "soak.machine";
+
+/// What a cell's containers are made with, besides the node's spec.
+#[derive(Debug, Clone)]
+pub struct ContainerPlan {
+    /// `--docker-host`, else `DOCKER_HOST`, else the local socket.
+    pub host: Option<String>,
+    /// Containers are named `NAME-N`, N counting the starts.
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    /// Folders bind-mounted at the same path (the cell's folder).
+    pub mounts: Vec<PathBuf>,
+    pub user: Option<String>,
+    /// `limits.memory`, and swap: none beyond it.
+    pub memory: Option<u64>,
+}
+
+/// How an incarnation ended, as the engine says it.
+#[derive(Debug, Clone, Copy)]
+struct Ended {
+    exit: Exit,
+    oom: bool,
+}
+
+struct Incarnation {
+    id: String,
+    pid: i32,
+    ended: watch::Receiver<Option<Ended>>,
+    logs: JoinHandle<()>,
+}
+
+/// The node's containers across restarts.
+pub struct ContainerNode {
+    spec: Spec,
+    image: String,
+    plan: ContainerPlan,
+    engine: Option<Engine>,
+    current: Option<Incarnation>,
+    /// Every container made, removed at shutdown.
+    made: Vec<String>,
+}
+
+fn engine_error(e: impl std::fmt::Display) -> DriverError {
+    DriverError::Io(format!("Docker engine: {e}"))
+}
+
+fn api(e: bollard::errors::Error) -> DriverError {
+    engine_error(crate::net::error_chain(&e))
+}
+
+/// A container's exit code as an exit: 128 + N is signal N, as the engine
+/// reports a process killed by a signal.
+fn exit_of(code: i64) -> Exit {
+    if (129..=128 + 64).contains(&code) {
+        Exit::Signal((code - 128) as i32)
+    } else {
+        Exit::Code(code as i32)
+    }
+}
+
+impl ContainerNode {
+    pub fn new(spec: Spec, image: String, plan: ContainerPlan) -> ContainerNode {
+        ContainerNode {
+            spec,
+            image,
+            plan,
+            engine: None,
+            current: None,
+            made: vec![],
+        }
+    }
+
+    /// The engine, connected on first use.
+    pub async fn engine(&mut self) -> Result<&Engine, DriverError> {
+        if self.engine.is_none() {
+            let e = engine::connect(self.plan.host.as_deref())
+                .await
+                .map_err(|e| DriverError::Io(e.to_string()))?;
+            self.engine = Some(e);
+        }
+        Ok(self.engine.as_ref().expect("connected"))
+    }
+
+    fn body(&self) -> ContainerCreateBody {
+        let binds = self
+            .plan
+            .mounts
+            .iter()
+            .map(|m| format!("{0}:{0}", m.display()))
+            .collect();
+        let memory = self.plan.memory.map(|b| b as i64);
+        ContainerCreateBody {
+            image: Some(self.image.clone()),
+            cmd: (!self.spec.argv.is_empty()).then(|| self.spec.argv.clone()),
+            env: Some(
+                self.spec
+                    .env
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect(),
+            ),
+            user: self.plan.user.clone(),
+            labels: Some(self.plan.labels.clone().into_iter().collect()),
+            stop_signal: Some(self.spec.stop_signal.as_str().to_string()),
+            stop_timeout: Some(self.spec.grace.as_secs().max(1) as i64),
+            host_config: Some(HostConfig {
+                network_mode: Some("host".into()),
+                binds: Some(binds),
+                memory,
+                memory_swap: memory,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Creates and starts the next container; follows its logs and its
+    /// end.
+    async fn launch(&mut self) -> Result<Incarnation, DriverError> {
+        let name = format!("{}-{}", self.plan.name, self.made.len() + 1);
+        let body = self.body();
+        let image = self.image.clone();
+        let log_path = self.spec.log.clone();
+        let docker = self.engine().await?.docker.clone();
+        let host = self.engine().await?.info.host.clone();
+        let created = docker
+            .create_container(
+                Some(CreateContainerOptions {
+                    name: Some(name.clone()),
+                    ..Default::default()
+                }),
+                body,
+            )
+            .await
+            .map_err(|e| match &e {
+                bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                } => DriverError::Io(format!(
+                    "the image `{image}` is not on the Docker engine {host}: build it (containers/build) or pull it"
+                )),
+                _ => api(e),
+            })?;
+        let id = created.id;
+        self.made.push(id.clone());
+        docker.start_container(&id, None).await.map_err(api)?;
+        let logs = tokio::spawn(follow_logs(docker.clone(), id.clone(), log_path));
+        let (tx, ended) = watch::channel(None);
+        tokio::spawn(watch_end(docker.clone(), id.clone(), tx));
+        let pid = docker
+            .inspect_container(&id, None::<InspectContainerOptions>)
+            .await
+            .map_err(api)?
+            .state
+            .and_then(|s| s.pid)
+            .unwrap_or(0) as i32;
+        Ok(Incarnation {
+            id,
+            pid,
+            ended,
+            logs,
+        })
+    }
+
+    fn ended(&self) -> Option<Ended> {
+        self.current.as_ref().and_then(|c| *c.ended.borrow())
+    }
+
+    /// Waits for the current incarnation's end, at most `d`.
+    async fn wait_end(&mut self, d: Duration) -> Option<Ended> {
+        let mut rx = self.current.as_ref()?.ended.clone();
+        let got = tokio::time::timeout(d, rx.wait_for(|e| e.is_some()))
+            .await
+            .ok()
+            .and_then(|r| r.ok().and_then(|e| *e));
+        got
+    }
+
+    async fn remove_all(&mut self) {
+        let Some(docker) = self.engine.as_ref().map(|e| e.docker.clone()) else {
+            return;
+        };
+        if let Some(c) = self.current.take() {
+            c.logs.abort();
+        }
+        for id in self.made.drain(..) {
+            let _ = docker
+                .remove_container(
+                    &id,
+                    Some(RemoveContainerOptions {
+                        force: true,
+                        v: true,
+                        ..Default::default()
+                    }),
+                )
+                .await;
+        }
+    }
+}
+
+/// Appends the container's output to the node's log, as it comes.
+async fn follow_logs(docker: bollard::Docker, id: String, path: PathBuf) {
+    let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+    else {
+        return;
+    };
+    let mut stream = docker.logs(
+        &id,
+        Some(LogsOptions {
+            follow: true,
+            stdout: true,
+            stderr: true,
+            ..Default::default()
+        }),
+    );
+    while let Some(Ok(out)) = stream.next().await {
+        let _ = file.write_all(&out.into_bytes());
+        let _ = file.flush();
+    }
+}
+
+/// Publishes the container's end: the engine's wait, then its state.
+async fn watch_end(docker: bollard::Docker, id: String, tx: watch::Sender<Option<Ended>>) {
+    let mut wait = docker.wait_container(&id, None::<WaitContainerOptions>);
+    // Any answer (bollard returns a non-zero exit as an error) or the end
+    // of the stream means the container is no longer running.
+    let _ = wait.next().await;
+    let state = docker
+        .inspect_container(&id, None::<InspectContainerOptions>)
+        .await
+        .ok()
+        .and_then(|i| i.state);
+    let ended = match state {
+        Some(s) => Ended {
+            exit: exit_of(s.exit_code.unwrap_or(-1)),
+            oom: s.oom_killed.unwrap_or(false),
+        },
+        // Removed under it, or the engine went away.
+        None => Ended {
+            exit: Exit::Signal(Signal::SIGKILL as i32),
+            oom: false,
+        },
+    };
+    let _ = tx.send(Some(ended));
+}
+
+impl Node for ContainerNode {
+    async fn start(&mut self) -> Result<Duration, DriverError> {
+        let t0 = Instant::now();
+        let log_from = std::fs::metadata(&self.spec.log)
+            .map(|m| m.len())
+            .unwrap_or(0);
+        let inc = self.launch().await?;
+        self.current = Some(inc);
+        let deadline = t0 + self.spec.ready_timeout;
+        loop {
+            if let Some(e) = self.ended() {
+                // Give the log stream a moment to deliver the last lines.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                self.current = None;
+                return Err(DriverError::ExitedBeforeReady {
+                    status: e.exit.to_string(),
+                    log: self.spec.log.clone(),
+                    tail: tail_from(&self.spec.log, log_from, 20),
+                });
+            }
+            if probe(&self.spec.probe, &self.spec.log, log_from).await {
+                return Ok(t0.elapsed());
+            }
+            if Instant::now() >= deadline {
+                let _ = self.kill(Signal::SIGKILL).await;
+                self.current = None;
+                return Err(DriverError::NeverReady {
+                    timeout: self.spec.ready_timeout,
+                    probe: self.spec.probe.to_string(),
+                    log: self.spec.log.clone(),
+                    tail: tail_from(&self.spec.log, log_from, 20),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn stop(&mut self) -> Result<Exit, DriverError> {
+        let Some(id) = self.current.as_ref().map(|c| c.id.clone()) else {
+            return Err(DriverError::NotRunning);
+        };
+        let grace = self.spec.grace;
+        let docker = self.engine().await?.docker.clone();
+        // The engine sends the stop signal, then SIGKILL after the grace.
+        docker
+            .stop_container(
+                &id,
+                Some(StopContainerOptions {
+                    t: Some(grace.as_secs().max(1) as i32),
+                    ..Default::default()
+                }),
+            )
+            .await
+            .map_err(api)?;
+        let end = self.wait_end(Duration::from_secs(10)).await;
+        self.current = None;
+        end.map(|e| e.exit).ok_or(DriverError::NotRunning)
+    }
+
+    async fn kill(&mut self, sig: Signal) -> Result<Exit, DriverError> {
+        let Some(id) = self.current.as_ref().map(|c| c.id.clone()) else {
+            return Err(DriverError::NotRunning);
+        };
+        let docker = self.engine().await?.docker.clone();
+        let send = |s: Signal| {
+            let docker = docker.clone();
+            let id = id.clone();
+            async move {
+                docker
+                    .kill_container(
+                        &id,
+                        Some(KillContainerOptions {
+                            signal: s.as_str().to_string(),
+                        }),
+                    )
+                    .await
+            }
+        };
+        send(sig).await.map_err(api)?;
+        let mut end = self.wait_end(Duration::from_secs(10)).await;
+        if end.is_none() {
+            let _ = send(Signal::SIGKILL).await;
+            end = self.wait_end(Duration::from_secs(10)).await;
+        }
+        self.current = None;
+        end.map(|e| e.exit).ok_or(DriverError::NotRunning)
+    }
+
+    async fn pause(&mut self) -> Result<(), DriverError> {
+        let id = self
+            .current
+            .as_ref()
+            .map(|c| c.id.clone())
+            .ok_or(DriverError::NotRunning)?;
+        let docker = self.engine().await?.docker.clone();
+        docker.pause_container(&id).await.map_err(api)
+    }
+
+    async fn resume(&mut self) -> Result<(), DriverError> {
+        let id = self
+            .current
+            .as_ref()
+            .map(|c| c.id.clone())
+            .ok_or(DriverError::NotRunning)?;
+        let docker = self.engine().await?.docker.clone();
+        docker.unpause_container(&id).await.map_err(api)
+    }
+
+    fn exited(&self) -> Exited {
+        let rx = self.current.as_ref().map(|c| c.ended.clone());
+        Box::pin(async move {
+            if let Some(mut rx) = rx {
+                if let Ok(e) = rx.wait_for(|e| e.is_some()).await {
+                    if let Some(e) = *e {
+                        return e.exit;
+                    }
+                }
+            }
+            std::future::pending().await
+        })
+    }
+
+    fn exit(&self) -> Option<Exit> {
+        self.ended().map(|e| e.exit)
+    }
+
+    fn death(&mut self) -> Death {
+        let oom = self.ended().is_some_and(|e| e.oom);
+        self.current = None;
+        if oom {
+            Death::Oom
+        } else {
+            Death::Crash
+        }
+    }
+
+    fn running(&self) -> bool {
+        self.current.is_some() && self.ended().is_none()
+    }
+
+    fn pid(&self) -> Option<i32> {
+        self.current.as_ref().map(|c| c.pid).filter(|p| *p > 0)
+    }
+
+    async fn set_memory_limit(&mut self, bytes: u64) -> Result<String, DriverError> {
+        let id = self
+            .current
+            .as_ref()
+            .map(|c| c.id.clone())
+            .ok_or(DriverError::NotRunning)?;
+        let docker = self.engine().await?.docker.clone();
+        // Swap goes with it: a limit the node can swap past is no limit.
+        docker
+            .update_container(
+                &id,
+                ContainerUpdateBody {
+                    memory: Some(bytes as i64),
+                    memory_swap: Some(bytes as i64),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(api)?;
+        self.plan.memory = Some(bytes);
+        let now = docker
+            .inspect_container(&id, None::<InspectContainerOptions>)
+            .await
+            .map_err(api)?
+            .host_config
+            .and_then(|h| h.memory);
+        match now {
+            Some(n) if n == bytes as i64 => Ok(format!("HostConfig.Memory read back: {n}")),
+            now => Err(DriverError::Io(format!(
+                "the memory limit was set to {bytes} bytes, and the engine reads {now:?}"
+            ))),
+        }
+    }
+
+    fn use_version(&mut self, launch: &Launch) {
+        self.spec.argv = launch.argv.clone();
+        self.spec.env = launch.env.clone();
+        if let Some(image) = &launch.image {
+            self.image = image.clone();
+        }
+    }
+
+    async fn shutdown(&mut self) {
+        self.remove_all().await;
+    }
+}
+
+impl Drop for ContainerNode {
+    /// A last resort when the cell ends without `shutdown` (a panic):
+    /// removes what was made from a thread of its own.
+    fn drop(&mut self) {
+        let Some(docker) = self.engine.as_ref().map(|e| e.docker.clone()) else {
+            return;
+        };
+        let ids: Vec<String> = self.made.drain(..).collect();
+        if ids.is_empty() {
+            return;
+        }
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                for id in ids {
+                    let _ = docker
+                        .remove_container(
+                            &id,
+                            Some(RemoveContainerOptions {
+                                force: true,
+                                v: true,
+                                ..Default::default()
+                            }),
+                        )
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// The machine a container's soak ran on (`soak.machine`): its hostname.
+pub fn machine() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// A container soak made, as its labels say.
+#[derive(Debug, Clone)]
+pub struct Labelled {
+    pub id: String,
+    pub name: String,
+    pub run: String,
+    pub machine: String,
+}
+
+/// Every container of soak on the engine.
+pub async fn labelled(docker: &bollard::Docker) -> Result<Vec<Labelled>, String> {
+    let filters: HashMap<String, Vec<String>> =
+        [("label".to_string(), vec![LABEL_RUN.to_string()])].into();
+    let list = docker
+        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        }))
+        .await
+        .map_err(|e| crate::net::error_chain(&e))?;
+    Ok(list
+        .into_iter()
+        .map(|c| {
+            let label = |k: &str| {
+                c.labels
+                    .as_ref()
+                    .and_then(|l| l.get(k).cloned())
+                    .unwrap_or_default()
+            };
+            Labelled {
+                run: label(LABEL_RUN),
+                machine: label(LABEL_MACHINE),
+                name: c
+                    .names
+                    .as_ref()
+                    .and_then(|n| n.first().cloned())
+                    .unwrap_or_default()
+                    .trim_start_matches('/')
+                    .to_string(),
+                id: c.id.clone().unwrap_or_default(),
+            }
+        })
+        .collect())
+}
+
+/// Removes a container, whatever its state.
+pub async fn remove(docker: &bollard::Docker, id: &str) -> Result<(), String> {
+    docker
+        .remove_container(
+            id,
+            Some(RemoveContainerOptions {
+                force: true,
+                v: true,
+                ..Default::default()
+            }),
+        )
+        .await
+        .map_err(|e| crate::net::error_chain(&e))
+}

@@ -1,0 +1,147 @@
+//! Nodes as containers on a real Docker engine (Debian's docker.io), with
+//! the images of `containers/`: every phase, check and report as for a
+//! process, the engine's word on OOM kills, an allocator preloaded inside
+//! the container, and nothing left behind, not even by a killed soak.
+
+mod common;
+
+use std::process::Command;
+
+use common::require_docker_images;
+use common::soak::*;
+use soak::model::{Cause, Verdict};
+
+#[test]
+fn the_smoke_suite_passes_with_its_node_as_a_container() {
+    require_docker_images();
+    let run = soak_run("suites/smoke-container.yaml", &["--duration-scale", "0.2"]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = run.cell();
+    assert_eq!(c.verdict, Verdict::Pass);
+    assert!(c.integrity.verified > 1000, "{:?}", c.integrity);
+    assert_eq!(c.integrity.lost, 0);
+    // The kill went through the engine and was read back after the restart.
+    let reasons: Vec<Cause> = c.restarts.iter().map(|r| r.reason).collect();
+    assert_eq!(reasons, [Cause::Kill, Cause::Stop]);
+    assert!(c.restarts[0].readback_s.is_some());
+    // Memory from the container's processes (host pids, local engine) and
+    // its cgroup, which the engine made; the limit is the engine's.
+    let m = &c.memory;
+    assert!(m.peak_rss_bytes > 1 << 20, "{m:?}");
+    assert!(m.peak_cgroup_bytes > 1 << 20, "{m:?}");
+    assert_eq!(m.limit_bytes, Some(256 << 20));
+    assert!(m.scrapes.as_ref().is_some_and(|s| s.ok >= 1), "{m:?}");
+    // The node's output, from the engine's log stream.
+    let log = run.file("node.log");
+    assert_eq!(log.matches("soak-node ready").count(), 3, "{log}");
+}
+
+#[test]
+fn a_container_that_outgrows_its_limit_is_oom_killed_by_the_engines_word() {
+    require_docker_images();
+    let run = soak_run("tests/suites/oom-redis-container.yaml", &[]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let c = run.cell();
+    assert!(c.memory.oom_kills >= 1, "{:?}", c.memory);
+    assert!(!c.restarts.is_empty());
+    assert!(
+        c.restarts.iter().all(|r| r.reason == Cause::Oom),
+        "{:?}",
+        c.restarts
+    );
+    let check = c.checks.iter().find(|k| k.name == "oom_kills").unwrap();
+    assert_eq!(check.verdict, Verdict::Fail);
+}
+
+#[test]
+fn an_allocator_is_preloaded_inside_the_container_and_proven_from_its_maps() {
+    require_docker_images();
+    let run = soak_run("tests/suites/container-jemalloc.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = run.cell();
+    let alloc = c.allocator.as_deref().unwrap();
+    assert!(alloc.starts_with("jemalloc"), "{alloc}");
+    let events = run.file("events.jsonl");
+    assert!(events.contains("is loaded in pid"), "{events}");
+    // And the node's own word, from inside the container.
+    let metrics = run.file("metrics.csv");
+    assert!(
+        metrics.contains("allocator_info{allocator=\"jemalloc\""),
+        "{}",
+        &metrics[..metrics.len().min(2000)]
+    );
+    assert_eq!(c.integrity.lost, 0);
+}
+
+#[test]
+fn an_image_the_engine_lacks_is_an_environment_error_that_names_it() {
+    require_docker_images();
+    let dir = tempfile::tempdir().unwrap();
+    let suite = dir.path().join("missing.yaml");
+    std::fs::write(
+        &suite,
+        "name: missing\nnode:\n  image: soak-no-such-image:1\n  ready: { tcp: \"127.0.0.1:${PORT}\" }\nphases:\n  - wait: 1s\n",
+    )
+    .unwrap();
+    let run = soak_run(suite.to_str().unwrap(), &[]);
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    assert!(
+        run.stderr()
+            .contains("the image `soak-no-such-image:1` is not on the Docker engine"),
+        "{}",
+        run.stderr()
+    );
+}
+
+#[test]
+fn an_engine_that_does_not_answer_is_an_environment_error() {
+    let run = soak_run(
+        "suites/smoke-container.yaml",
+        &["--docker-host", "tcp://127.0.0.1:1"],
+    );
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    let err = run.stderr();
+    assert!(
+        err.contains("Docker engine tcp://127.0.0.1:1 not reachable") && err.contains("refused"),
+        "{err}"
+    );
+}
+
+/// soak SIGKILLed mid-run leaves its container running; `soak cleanup`
+/// removes it (and only because its run is dead).
+#[test]
+fn soak_cleanup_removes_the_containers_of_a_killed_soak() {
+    require_docker_images();
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = spawn_soak_run(
+        "suites/smoke-container.yaml",
+        dir.path(),
+        std::process::Stdio::null(),
+    );
+    let events = wait_for_file(dir.path(), "events.jsonl", |e| {
+        std::fs::read_to_string(e)
+            .unwrap()
+            .contains("\"kind\":\"ready\"")
+    });
+    let report_dir = events.parent().unwrap().parent().unwrap().parent().unwrap();
+    let id = run_id(report_dir);
+    // Alive: cleanup leaves the run's container alone.
+    let out = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .arg("cleanup")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(containers_of(&id).len(), 1, "the live run's container went");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(containers_of(&id).len(), 1, "nothing removed it yet");
+    let out = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .args(["cleanup", "--run", &id])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("removed container soak-"), "{text}");
+    assert!(containers_of(&id).is_empty(), "{text}");
+    let procs = labelled(&id);
+    assert!(procs.is_empty(), "{procs:?}");
+}
