@@ -316,7 +316,7 @@ fn summary_of(
 /// The node of a cell, in its cgroup (required for a memory limit;
 /// otherwise used when it can be), with `node.json` written for `soak
 /// verify` should soak itself not finish.
-fn prepare_node(
+async fn prepare_node(
     plan: &CellPlan,
     placement: Option<&Placement>,
 ) -> Result<(AnyNode, Option<Arc<Cgroup>>), RunError> {
@@ -338,7 +338,12 @@ fn prepare_node(
         &plan.container,
         &plan.versions[crate::suite::BASE_VERSION].image,
     ) {
-        let node = ContainerNode::new(plan.node.clone(), image.clone(), c.clone());
+        // The engine first: one that does not answer is the environment's
+        // fault (exit 3), found before anything starts.
+        let engine = crate::driver::docker::engine::connect(c.host.as_deref())
+            .await
+            .map_err(|e| RunError::Environment(e.to_string()))?;
+        let node = ContainerNode::new(plan.node.clone(), image.clone(), c.clone(), engine);
         return Ok((AnyNode::Container(node), None));
     }
     let cg = match placement.map(|p| p.create(&plan.cgroup_name, plan.limits)) {
@@ -446,7 +451,11 @@ async fn run_cell(
     interrupt: watch::Receiver<bool>,
     progress: &Progress,
 ) -> Result<(CellResult, Vec<(f64, u64)>), RunError> {
-    let (mut node, cg) = prepare_node(plan, placement)?;
+    let (mut node, cg) = prepare_node(plan, placement).await?;
+    let engine = match &node {
+        AnyNode::Container(c) => Some(c.engine_info().clone()),
+        AnyNode::Process(_) => None,
+    };
     let origin = tokio::time::Instant::now();
     let jsonl = Jsonl::create(&plan.dir.join("events.jsonl"))
         .map_err(|e| RunError::Environment(format!("events file: {e}")))?;
@@ -472,11 +481,12 @@ async fn run_cell(
         allocator: plan.allocator.as_ref().map(|a| a.text.clone()),
         cgroup: match (&cg, &plan.container) {
             (Some(c), _) => Some(c.path.display().to_string()),
-            (None, Some(c)) => Some(format!(
-                "the container's, made by the Docker engine {}",
-                crate::driver::docker::engine::host(c.host.as_deref())
-            )),
-            (None, None) => None,
+            (None, _) => engine.as_ref().map(|e| {
+                format!(
+                    "the container's, made by Docker {} at {} (cgroup v{})",
+                    e.version, e.host, e.cgroup_version
+                )
+            }),
         },
     });
     let telemetry = Telemetry::start(plan, &target, origin)?;
@@ -542,6 +552,7 @@ async fn run_cell(
         scrapes,
         cgroup,
         oom_kills,
+        engine,
     };
     Ok(assemble(suite, plan, outcome.err(), &mut bus, measured))
 }
@@ -553,6 +564,7 @@ struct CellMeasures {
     scrapes: Option<ScrapeStats>,
     cgroup: Option<CgroupSummary>,
     oom_kills: u64,
+    engine: Option<crate::model::EngineInfo>,
 }
 
 fn memory_summary(plan: &CellPlan, m: &CellMeasures) -> MemorySummary {
@@ -666,6 +678,7 @@ fn assemble(
         upgrades: rec.upgrades,
         offline: rec.offline,
         cgroup: m.cgroup,
+        engine: m.engine,
     };
     (result, chart)
 }

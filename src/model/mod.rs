@@ -177,6 +177,28 @@ pub struct CellResult {
     /// The node's cgroup and what its kernel counters recorded.
     #[serde(default)]
     pub cgroup: Option<CgroupSummary>,
+    /// The Docker engine the node's containers ran on (none: a process).
+    #[serde(default)]
+    pub engine: Option<EngineInfo>,
+}
+
+/// A Docker engine, as the report names it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct EngineInfo {
+    /// As given: `unix:///var/run/docker.sock`, `tcp://host:2376`,
+    /// `ssh://user@host`.
+    pub host: String,
+    pub version: String,
+    /// The API version soak and the engine agreed on.
+    pub api: String,
+    pub kernel: String,
+    pub os: String,
+    /// `1` or `2`.
+    pub cgroup_version: String,
+    /// Whether the engine runs on this machine (its containers' cgroups
+    /// and processes are read here).
+    pub local: bool,
 }
 
 impl CellResult {

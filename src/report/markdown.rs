@@ -124,9 +124,12 @@ fn ms(l: &LoadSummary, f: impl Fn(&Latency) -> u64) -> String {
 fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<()> {
     writeln!(w, "## `{}` — {}\n", c.id, badge(c.verdict))?;
     if let Some(e) = &c.error {
+        // The error may quote the node's log, which may hold anything,
+        // backticks too: the fence is longer than any run of them in it.
+        let fence = "`".repeat(longest_backtick_run(e).max(2) + 1);
         writeln!(
             w,
-            "**The cell could not finish:**\n\n```\n{}\n```\n",
+            "**The cell could not finish:**\n\n{fence}\n{}\n{fence}\n",
             e.trim()
         )?;
     }
@@ -183,6 +186,23 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
     )?;
     if let Some(cg) = &c.cgroup {
         cgroup_line(w, cg)?;
+    }
+    if let Some(e) = &c.engine {
+        writeln!(
+            w,
+            "**Docker engine:** `{}`: Docker {}, API {}, {}, kernel {}, cgroup v{}{}.\n",
+            e.host,
+            table_text(&e.version),
+            table_text(&e.api),
+            table_text(&e.os),
+            table_text(&e.kernel),
+            table_text(&e.cgroup_version),
+            if e.local {
+                "; memory read on this machine"
+            } else {
+                "; remote: memory from the engine's stats"
+            }
+        )?;
     }
     series_table(w, m)?;
     if let Some(f) = m.fragmentation {
@@ -255,11 +275,7 @@ fn upgrades_table(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
         for u in &c.upgrades {
             let i = u.integrity.unwrap_or_default();
             let outcome = match &u.reason {
-                Some(r) => format!(
-                    "{}: {}",
-                    u.outcome,
-                    r.replace('\n', " ").replace('|', "\\|")
-                ),
+                Some(r) => format!("{}: {}", u.outcome, table_text(r)),
                 None => u.outcome.to_string(),
             };
             writeln!(
@@ -554,6 +570,20 @@ fn restarts(w: &mut impl Write, restarts: &[super::Restart]) -> io::Result<()> {
 }
 
 /// `1,204`.
+/// Text from outside (a node's log, an engine) on one line of a table or
+/// a paragraph: no line breaks, no column breaks, no HTML.
+fn table_text(s: &str) -> String {
+    s.replace(['\n', '\r'], " ")
+        .replace('|', "\\|")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// The longest run of backticks in `s`.
+fn longest_backtick_run(s: &str) -> usize {
+    s.split(|c| c != '`').map(str::len).max().unwrap_or(0)
+}
+
 fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();

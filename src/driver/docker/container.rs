@@ -91,18 +91,23 @@ fn exit_of(code: i64) -> Exit {
 }
 
 impl ContainerNode {
-    pub fn new(spec: Spec, image: String, plan: ContainerPlan) -> ContainerNode {
+    pub fn new(spec: Spec, image: String, plan: ContainerPlan, engine: Engine) -> ContainerNode {
         ContainerNode {
             spec,
             image,
             plan,
-            engine: None,
+            engine: Some(engine),
             current: None,
             made: vec![],
         }
     }
 
-    /// The engine, connected on first use.
+    /// What the report names of the engine.
+    pub fn engine_info(&self) -> &engine::EngineInfo {
+        &self.engine.as_ref().expect("connected at creation").info
+    }
+
+    /// The engine (connected again if it was let go).
     pub async fn engine(&mut self) -> Result<&Engine, DriverError> {
         if self.engine.is_none() {
             let e = engine::connect(self.plan.host.as_deref())

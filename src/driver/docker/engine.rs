@@ -4,27 +4,11 @@
 //! API version both sides speak.
 
 use bollard::Docker;
-use serde::{Deserialize, Serialize};
 
 /// The local engine's socket, when nothing names another.
 pub const LOCAL: &str = "unix:///var/run/docker.sock";
 
-/// The engine a cell's containers ran on, as the report names it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EngineInfo {
-    /// As given: `unix:///var/run/docker.sock`, `tcp://host:2376`, `ssh://user@host`.
-    pub host: String,
-    pub version: String,
-    /// The API version soak and the engine agreed on.
-    pub api: String,
-    pub kernel: String,
-    pub os: String,
-    /// 1 or 2.
-    pub cgroup_version: String,
-    /// Whether the engine runs on this machine (its containers' cgroups and
-    /// processes can be read here).
-    pub local: bool,
-}
+pub use crate::model::EngineInfo;
 
 /// An engine soak can talk to.
 #[derive(Debug, Clone)]
