@@ -145,3 +145,51 @@ fn soak_cleanup_removes_the_containers_of_a_killed_soak() {
     let procs = labelled(&id);
     assert!(procs.is_empty(), "{procs:?}");
 }
+
+/// The Teku story as images: RocksDB 7.8's image writes, soak-node's
+/// image (RocksDB 11.8) takes the same data over and reads every write
+/// back, and 7.8 refuses what 11.8 wrote, in its own words.
+#[test]
+fn an_image_upgrade_on_the_same_data_is_verified_and_the_old_image_refuses_it() {
+    require_docker_images();
+    common::require_tool("redis-cli", "redis-tools");
+    let run = soak_run("tests/suites/cross-version-container.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = run.cell();
+    let first = &c.offline[0].inspection;
+    assert_eq!(first.rocksdb_version.as_deref(), Some("7.8.3"), "{first:?}");
+    assert!(first.compression["Snappy"].files >= 1);
+    let ups = &c.upgrades;
+    assert_eq!(ups[0].to, "rocksdb-11.8");
+    assert_eq!(ups[0].outcome, soak::model::SwapOutcome::Verified);
+    let read = ups[0].integrity.unwrap();
+    assert_eq!(read.lost, 0);
+    assert!(read.verified >= 3000, "{read:?}");
+    assert_eq!(ups[1].outcome, soak::model::SwapOutcome::Refused);
+    let reason = ups[1].reason.as_deref().unwrap();
+    assert!(reason.contains("unsupported format_version"), "{reason}");
+    let last = &c.offline[1].inspection;
+    assert!(!last.compression.contains_key("Snappy"), "{last:?}");
+    assert_eq!(last.integrity.unwrap().lost, 0);
+    assert_eq!(c.engine.as_ref().map(|e| e.local), Some(true));
+}
+
+/// Debian's redis-server in a container: fsynced AOF loses nothing after a
+/// SIGKILL through the engine, snapshots only lose what came after them.
+#[test]
+fn redis_in_a_container_with_an_aof_loses_nothing_and_with_snapshots_loses_writes() {
+    require_docker_images();
+    let run = soak_run(
+        "suites/redis-durability-container.yaml",
+        &["--duration-scale", "0.4"],
+    );
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let cells = &run.summary().cells;
+    let (aof, snap) = (&cells[0], &cells[1]);
+    assert_eq!(aof.id, "durability=aof-always");
+    assert_eq!(aof.verdict, Verdict::Pass, "{:?}", aof.integrity);
+    assert_eq!(aof.integrity.lost, 0);
+    assert!(aof.integrity.verified > 1000);
+    assert_eq!(snap.verdict, Verdict::Fail);
+    assert!(snap.integrity.lost > 1000, "{:?}", snap.integrity);
+}
