@@ -323,16 +323,23 @@ async fn prepare_node(
     let env_err = |what: &str, e: std::io::Error| RunError::Environment(format!("{what}: {e}"));
     std::fs::create_dir_all(&plan.data_dir)
         .map_err(|e| env_err("cannot create the cell folder", e))?;
-    crate::verify::saved::SavedNode::of(
+    let mut saved = crate::verify::saved::SavedNode::of(
         &plan.node,
         plan.load.as_ref().map(|l| l.target.clone()),
         plan.load
             .as_ref()
             .map(|l| l.timeout)
             .unwrap_or(Duration::from_secs(5)),
-    )
-    .write(&plan.dir.join("node.json"))
-    .map_err(|e| env_err("node.json", e))?;
+    );
+    if let (Some(c), Some(image)) = (
+        &plan.container,
+        &plan.versions[crate::suite::BASE_VERSION].image,
+    ) {
+        saved = saved.in_container(image, c);
+    }
+    saved
+        .write(&plan.dir.join("node.json"))
+        .map_err(|e| env_err("node.json", e))?;
     // A container's limits and cgroup are the engine's.
     if let (Some(c), Some(image)) = (
         &plan.container,

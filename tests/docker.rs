@@ -193,3 +193,48 @@ fn redis_in_a_container_with_an_aof_loses_nothing_and_with_snapshots_loses_write
     assert_eq!(snap.verdict, Verdict::Fail);
     assert!(snap.integrity.lost > 1000, "{:?}", snap.integrity);
 }
+
+/// soak SIGKILLed while its node runs as a container: `soak cleanup`
+/// removes the container, and `soak verify` makes one again from the
+/// image on the cell's data and reads every saved write back.
+#[test]
+fn a_killed_container_run_is_verified_from_its_saved_ledger_in_a_new_container() {
+    require_docker_images();
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = spawn_soak_run(
+        "suites/smoke-container.yaml",
+        dir.path(),
+        std::process::Stdio::null(),
+    );
+    // Two ledger saves with writes in them: the load is running.
+    let ledger = wait_for_file(dir.path(), "ledger.bin", |_| true);
+    let first = std::fs::metadata(&ledger).unwrap().modified().unwrap();
+    wait_for_file(dir.path(), "ledger.bin", |p| {
+        std::fs::metadata(p).unwrap().modified().unwrap() > first
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let cell = ledger.parent().unwrap().to_path_buf();
+    let id = run_id(cell.parent().unwrap().parent().unwrap());
+    let cleanup = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .args(["cleanup", "--run", &id])
+        .output()
+        .unwrap();
+    assert!(cleanup.status.success());
+    assert!(containers_of(&id).is_empty());
+    let out = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .arg("verify")
+        .arg(&cell)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("node started on its data"), "{stderr}");
+    let v: soak::verify::saved::Reverified =
+        serde_json::from_str(&std::fs::read_to_string(cell.join("verify.json")).unwrap()).unwrap();
+    assert!(v.started_node);
+    assert_eq!((v.integrity.lost, v.integrity.corrupted), (0, 0), "{v:?}");
+    assert!(v.integrity.verified > 100, "{v:?}");
+    // The verifying container went with soak verify.
+    assert!(containers_of(&id).is_empty());
+}

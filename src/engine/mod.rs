@@ -650,6 +650,9 @@ impl<'a, N: Node> Cell<'a, N> {
         if let Ok(mut saved) = crate::verify::saved::SavedNode::read(&path) {
             saved.argv = launch.argv;
             saved.env = launch.env;
+            if let (Some(c), Some(image)) = (saved.container.as_mut(), launch.image) {
+                c.image = image;
+            }
             let _ = saved.write(&path);
         }
         Ok(())

@@ -11,7 +11,10 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 
+use crate::driver::any::AnyNode;
+use crate::driver::docker::container::{ContainerNode, ContainerPlan};
 use crate::driver::process::{Probe, Spec};
+use crate::driver::Node;
 
 /// `node.json`: the templated node definition of a cell.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -31,6 +34,20 @@ pub struct SavedNode {
     /// Where the workload's RESP requests went (and a read-back goes).
     pub target: Option<String>,
     pub request_timeout_s: f64,
+    /// A container node: its image and how its containers were made.
+    #[serde(default)]
+    pub container: Option<SavedContainer>,
+}
+
+/// How a cell's containers were made, to make one again on its data.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SavedContainer {
+    pub image: String,
+    pub host: Option<String>,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub mounts: Vec<PathBuf>,
+    pub user: Option<String>,
+    pub memory: Option<u64>,
 }
 
 impl SavedNode {
@@ -53,7 +70,21 @@ impl SavedNode {
             grace_s: spec.grace.as_secs_f64(),
             target,
             request_timeout_s: request_timeout.as_secs_f64(),
+            container: None,
         }
+    }
+
+    /// The same, for a node that runs as a container of `image`.
+    pub fn in_container(mut self, image: &str, plan: &ContainerPlan) -> SavedNode {
+        self.container = Some(SavedContainer {
+            image: image.to_string(),
+            host: plan.host.clone(),
+            labels: plan.labels.clone(),
+            mounts: plan.mounts.clone(),
+            user: plan.user.clone(),
+            memory: plan.memory,
+        });
+        self
     }
 
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
@@ -136,14 +167,29 @@ pub async fn reverify(dir: &Path, target: Option<String>) -> Result<Reverified, 
             let spec = saved
                 .spec(dir.join("verify-node.log"))
                 .map_err(ReverifyError::Invalid)?;
-            let mut node = ProcessNode::new(spec, None);
-            let ready = node
-                .start()
+            let mut node = match &saved.container {
+                None => AnyNode::Process(ProcessNode::new(spec, None)),
+                Some(c) => {
+                    let engine = crate::driver::docker::engine::connect(c.host.as_deref())
+                        .await
+                        .map_err(|e| ReverifyError::Environment(e.to_string()))?;
+                    let plan = ContainerPlan {
+                        host: c.host.clone(),
+                        name: format!("soak-verify-{:x}", rand::random::<u32>()),
+                        labels: c.labels.clone(),
+                        mounts: c.mounts.clone(),
+                        user: c.user.clone(),
+                        memory: c.memory,
+                    };
+                    AnyNode::Container(ContainerNode::new(spec, c.image.clone(), plan, engine))
+                }
+            };
+            let ready = Node::start(&mut node)
                 .await
                 .map_err(|e| ReverifyError::Environment(e.to_string()))?;
             eprintln!(
                 "soak verify: node started on its data (pid {}, ready after {} ms)",
-                node.pid().unwrap_or(0),
+                Node::pid(&node).unwrap_or(0),
                 ready.as_millis()
             );
             (t, Some(node))
@@ -163,8 +209,8 @@ pub async fn reverify(dir: &Path, target: Option<String>) -> Result<Reverified, 
     })
     .await;
     if let Some(n) = node.as_mut() {
-        let _ = n.stop().await;
-        n.shutdown();
+        let _ = Node::stop(n).await;
+        Node::shutdown(n).await;
     }
     let read = read.map_err(|e| ReverifyError::Environment(e.to_string()))?;
     let out = Reverified {
