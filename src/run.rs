@@ -437,11 +437,17 @@ impl Telemetry {
 /// The first start, the allocator's proof, the phases, and the end.
 async fn drive(
     cell: &mut Cell<'_, AnyNode>,
+    remote: Option<&str>,
     plan: &CellPlan,
     phases: &[crate::suite::Phase],
 ) -> Result<(), CellError> {
     cell.first_start().await?;
-    if let (Some(a), Some(pid)) = (&plan.allocator, cell.node.pid()) {
+    if let (Some(_), Some(e)) = (&plan.allocator, remote) {
+        cell.bus.notice(
+            "allocator",
+            format!("not proven loaded: the node runs on the remote engine {e}, whose processes this machine cannot read"),
+        );
+    } else if let (Some(a), Some(pid)) = (&plan.allocator, cell.node.pid()) {
         allocator::prove_loaded(pid, a.profile.kind, a.library.as_deref())
             .map_err(CellError::Setup)?;
         cell.bus.emit(Event::Allocator {
@@ -476,6 +482,10 @@ async fn run_cell(
         cgroup: cg.clone(),
         data_dir: Some(plan.data_dir.clone()),
         pid_cgroup: plan.container.is_some(),
+        engine_memory: match &node {
+            AnyNode::Container(c) => c.engine_memory(),
+            AnyNode::Process(_) => None,
+        },
     };
     let mut load = plan.load.clone().map(Engine::new);
     if let Some(l) = load.as_mut() {
@@ -520,7 +530,8 @@ async fn run_cell(
         interrupt,
         ctx,
     );
-    let outcome = drive(&mut cell, plan, &suite.phases).await;
+    let remote = engine.as_ref().filter(|e| !e.local).map(|e| e.host.clone());
+    let outcome = drive(&mut cell, remote.as_deref(), plan, &suite.phases).await;
     cell.finish().await;
     drop(cell);
     let (samples, scrapes) = telemetry.stop(&mut bus).await;

@@ -238,3 +238,252 @@ fn a_killed_container_run_is_verified_from_its_saved_ledger_in_a_new_container()
     // The verifying container went with soak verify.
     assert!(containers_of(&id).is_empty());
 }
+
+/// A second Docker engine in a network namespace of its own, listening on
+/// TCP at its own address, as another machine's engine would; it has the
+/// image soak-node:local. Everything it ran goes when it is dropped.
+struct RemoteEngine {
+    ns: String,
+    veth: String,
+    dir: tempfile::TempDir,
+    exec_root: String,
+    /// 10.251.N.2
+    addr: String,
+    dockerd: Option<std::process::Child>,
+}
+
+impl RemoteEngine {
+    fn start() -> RemoteEngine {
+        common::require_tool("ip", "iproute2");
+        common::require_tool("nsenter", "util-linux");
+        let n = 1 + rand::random::<u8>() % 250;
+        let tag = format!("{:x}", rand::random::<u32>());
+        let ns = format!("soakeng{tag}");
+        let veth = format!("se{tag}");
+        let addr = format!("10.251.{n}.2");
+        let sh = |cmd: &str| {
+            let ok = Command::new("sh").arg("-c").arg(cmd).status().unwrap();
+            assert!(ok.success(), "{cmd}");
+        };
+        sh(&format!("ip netns add {ns}"));
+        let mut engine = RemoteEngine {
+            dockerd: None,
+            ns: ns.clone(),
+            veth: veth.clone(),
+            dir: tempfile::tempdir().unwrap(),
+            exec_root: format!("/run/se{tag}"),
+            addr: addr.clone(),
+        };
+        sh(&format!(
+            "ip link add {veth} type veth peer name {veth}n && ip link set {veth}n netns {ns} \
+             && ip addr add 10.251.{n}.1/24 dev {veth} && ip link set {veth} up \
+             && ip -n {ns} addr add {addr}/24 dev {veth}n && ip -n {ns} link set {veth}n up \
+             && ip -n {ns} link set lo up"
+        ));
+        // nsenter, not `ip netns exec`: that one mounts a sysfs of its own,
+        // without the cgroup hierarchies dockerd needs.
+        let log = std::fs::File::create(engine.dir.path().join("dockerd.log")).unwrap();
+        let dockerd = Command::new("nsenter")
+            .arg(format!("--net=/var/run/netns/{ns}"))
+            .args([
+                "dockerd",
+                "--iptables=false",
+                "--bridge=none",
+                "--storage-driver=vfs",
+            ])
+            .arg(format!("--host=tcp://{addr}:2375"))
+            .arg(format!("--data-root={}/data", engine.dir.path().display()))
+            .arg(format!("--exec-root={}", engine.exec_root))
+            .arg(format!(
+                "--pidfile={}/dockerd.pid",
+                engine.dir.path().display()
+            ))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        engine.dockerd = Some(dockerd);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !engine.docker(&["info"]).status.success() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the second dockerd did not start: {}",
+                engine.log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        sh(&format!(
+            "docker save soak-node:local | docker -H {} load >/dev/null",
+            engine.host()
+        ));
+        engine
+    }
+
+    fn host(&self) -> String {
+        format!("tcp://{}:2375", self.addr)
+    }
+
+    fn docker(&self, args: &[&str]) -> std::process::Output {
+        Command::new("docker")
+            .arg("-H")
+            .arg(self.host())
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("dockerd.log")).unwrap_or_default()
+    }
+
+    /// SIGKILL of the engine (dockerd and its containerd): it stops
+    /// answering, as a machine that went away.
+    fn kill_engine(&self) {
+        let pid = std::fs::read_to_string(self.dir.path().join("dockerd.pid")).unwrap();
+        let _ = Command::new("sh")
+            .arg("-c")
+            // `[c]`: the pattern must not match this shell's own command.
+            .arg(format!(
+                "kill -KILL {}; pkill -KILL -f '[c]ontainerd --config {}'",
+                pid.trim(),
+                self.exec_root,
+            ))
+            .status();
+    }
+
+    /// A suite of soak-node on this engine's address.
+    fn suite(&self, dir: &std::path::Path, run: &str) -> std::path::PathBuf {
+        let path = dir.join("remote.yaml");
+        std::fs::write(
+            &path,
+            format!(
+                r#"name: remote
+node:
+  image: soak-node:local
+  command: ["soak-node", "--data-dir", "${{DATA_DIR}}", "--bind", "{a}", "--port", "${{PORT}}",
+            "--block-cache", "8MiB"]
+  ready: {{ resp: "{a}:${{PORT}}", timeout: 30s }}
+limits: {{ memory: 256MiB }}
+workload:
+  resp: {{ target: "{a}:${{PORT}}" }}
+  keys: 2_000
+  value_size: 256B
+  mix: {{ set: 0.6, get: 0.4 }}
+  rate: 500/s
+  connections: 2
+phases:
+  - run: {run}
+  - kill: SIGKILL
+  - start
+  - verify
+checks:
+  lost_writes: 0
+"#,
+                a = self.addr
+            ),
+        )
+        .unwrap();
+        path
+    }
+}
+
+impl Drop for RemoteEngine {
+    fn drop(&mut self) {
+        if let Some(mut d) = self.dockerd.take() {
+            let _ = d.kill();
+            let _ = d.wait();
+        }
+        // Everything in the namespace (dockerd, containerd, its shims and
+        // containers), then what they mounted, then the namespace.
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "ip netns pids {ns} | xargs -r kill -KILL; pkill -KILL -f '[c]ontainerd --config {er}'; \
+                 sleep 0.5; grep -o ' {d}[^ ]*\\| {er}[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l; \
+                 ip link del {v} 2>/dev/null; ip netns del {ns}; rm -rf {er}",
+                ns = self.ns,
+                er = self.exec_root,
+                d = self.dir.path().display(),
+                v = self.veth
+            ))
+            .status();
+    }
+}
+
+/// Nodes on another machine's engine (a dockerd in a network namespace of
+/// its own, reached over TCP): the cell passes, its memory is the engine's
+/// stats, and the report says which series a remote engine cannot give.
+#[test]
+fn a_cell_on_a_remote_engine_passes_with_memory_from_the_engines_stats() {
+    require_docker_images();
+    let remote = RemoteEngine::start();
+    let dir = tempfile::tempdir().unwrap();
+    let suite = remote.suite(dir.path(), "3s");
+    let run = soak_run(suite.to_str().unwrap(), &["--docker-host", &remote.host()]);
+    assert_eq!(run.code(), 0, "{}\n{}", run.stderr(), remote.log());
+    let c = run.cell();
+    assert_eq!(c.integrity.lost, 0);
+    assert!(c.integrity.verified > 100, "{:?}", c.integrity);
+    let e = c.engine.as_ref().unwrap();
+    assert!(!e.local && e.host == remote.host(), "{e:?}");
+    assert_eq!(e.api, "1.41");
+    assert!(c.memory.peak_cgroup_bytes > 1 << 20, "{:?}", c.memory);
+    assert_eq!(c.memory.peak_rss_bytes, 0);
+    let report =
+        std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+    assert!(report.contains("RSS, PSS and anonymous memory of its processes are missing"));
+    // Its containers went with the run, from the remote engine too.
+    let left = remote.docker(&[
+        "ps",
+        "-aq",
+        "--filter",
+        &format!("label=soak.run={}", run.id),
+    ]);
+    assert!(
+        left.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+}
+
+/// The remote engine goes away in the middle of a run: the cell ends with
+/// the environment's exit code, and the report is still written and says
+/// what happened.
+#[test]
+fn an_engine_that_goes_away_mid_run_is_exit_3_with_a_report() {
+    require_docker_images();
+    let remote = RemoteEngine::start();
+    let dir = tempfile::tempdir().unwrap();
+    let suite = remote.suite(dir.path(), "60s");
+    let out = dir.path().join("out");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .arg("run")
+        .arg(&suite)
+        .arg("--out")
+        .arg(&out)
+        .args(["--docker-host", &remote.host()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let events = wait_for_file(&out, "events.jsonl", |e| {
+        std::fs::read_to_string(e)
+            .unwrap()
+            .contains("\"kind\":\"phase-started\"")
+    });
+    remote.kill_engine();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(3), "{stderr}");
+    let report_dir = events.parent().unwrap().parent().unwrap().parent().unwrap();
+    let summary = load_summary(&report_dir.join("summary.json"));
+    let c = &summary.cells[0];
+    assert_eq!(c.verdict, Verdict::Error);
+    let err = c.error.as_deref().unwrap();
+    assert!(err.contains("Docker engine stopped answering"), "{err}");
+    let report = std::fs::read_to_string(report_dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("Docker engine stopped answering"),
+        "{report}"
+    );
+}

@@ -44,6 +44,19 @@ pub enum Death {
     Oom,
     /// Anything else: a crash, an exit of its own.
     Crash,
+    /// The driver can no longer see the node: its Docker engine stopped
+    /// answering. Not the node's doing, and nothing to restart on.
+    Lost,
+}
+
+/// Memory of a node as its engine reports it (a remote Docker engine's
+/// stats), for the sampler where the node's processes cannot be read.
+#[derive(Debug, Default)]
+pub struct EngineMemory {
+    /// The container's cgroup usage, and its anonymous and file parts.
+    pub usage: std::sync::atomic::AtomicU64,
+    pub anon: std::sync::atomic::AtomicU64,
+    pub file: std::sync::atomic::AtomicU64,
 }
 
 /// What a version of the node runs: its argv and environment, rendered.

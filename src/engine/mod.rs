@@ -262,6 +262,11 @@ impl<'a, N: Node> Cell<'a, N> {
         let cause = match self.node.death() {
             Death::Oom => Cause::Oom,
             Death::Crash => Cause::Crash,
+            Death::Lost => {
+                return Err(CellError::Setup(format!(
+                    "lost the node ({exit}): its Docker engine stopped answering; what it ran there may still be there"
+                )))
+            }
         };
         let at_s = self.bus.t();
         self.bus.emit(Event::Died {

@@ -253,6 +253,7 @@ async fn run_with(
         cgroup: None,
         data_dir: None,
         pid_cgroup: false,
+        engine_memory: None,
     };
     let calls = node.calls.clone();
     let mut cell = Cell::new(&mut node, load, target, &mut bus, verify_target, rx, ctx);

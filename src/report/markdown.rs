@@ -200,7 +200,7 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
             if e.local {
                 "; memory read on this machine"
             } else {
-                "; remote: memory from the engine's stats"
+                "; remote: memory is the engine's stats of the container's cgroup, and the RSS, PSS and anonymous memory of its processes are missing"
             }
         )?;
     }

@@ -93,6 +93,9 @@ pub struct Target {
     /// Without a cgroup of soak's: read the one the node's process is in
     /// (a container's, which its engine made and remakes at each start).
     pub pid_cgroup: bool,
+    /// A node on a remote engine: its memory is what the engine reports,
+    /// and its pid is not this machine's to read.
+    pub engine_memory: Option<Arc<crate::driver::EngineMemory>>,
 }
 
 /// Bytes a directory tree takes on disk (allocated blocks, as `du`).
@@ -176,6 +179,9 @@ pub fn process_tree(root: i32) -> Vec<i32> {
 impl Target {
     pub fn sample(&self, t: f64) -> Sample {
         let pid = self.pid.load(Relaxed);
+        if let Some(m) = &self.engine_memory {
+            return self.sample_remote(t, pid, m);
+        }
         let pids = match (&self.cgroup, pid) {
             (Some(cg), _) => cg.procs(),
             (None, 0) => vec![],
@@ -208,6 +214,24 @@ impl Target {
             pressure_full: pressure.map(|p| p.full_avg10),
             events_high: events.high,
             events_max: events.max,
+        }
+    }
+}
+
+impl Target {
+    /// What a remote engine's stats say: the container's cgroup usage and
+    /// its parts; the processes' RSS, PSS and anonymous memory stay 0 (the
+    /// report names them missing).
+    fn sample_remote(&self, t: f64, pid: i32, m: &crate::driver::EngineMemory) -> Sample {
+        Sample {
+            t,
+            segment: self.segment.load(Relaxed),
+            up: pid != 0,
+            cgroup: m.usage.load(Relaxed),
+            cgroup_anon: m.anon.load(Relaxed),
+            cgroup_file: m.file.load(Relaxed),
+            disk: self.data_dir.as_deref().map(disk_usage).unwrap_or(0),
+            ..Sample::default()
         }
     }
 }
@@ -356,6 +380,7 @@ mod tests {
             segment: Arc::new(AtomicU32::new(0)),
             cgroup: None,
             pid_cgroup: false,
+            engine_memory: None,
             data_dir: Some(dir.path().to_path_buf()),
         };
         let sampler = Sampler::start(

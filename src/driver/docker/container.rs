@@ -10,12 +10,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bollard::models::{ContainerCreateBody, ContainerUpdateBody, HostConfig};
 use bollard::query_parameters::{
     CreateContainerOptions, InspectContainerOptions, KillContainerOptions, LogsOptions,
-    RemoveContainerOptions, StopContainerOptions, WaitContainerOptions,
+    RemoveContainerOptions, StatsOptions, StopContainerOptions, WaitContainerOptions,
 };
 use futures::StreamExt;
 use nix::sys::signal::Signal;
@@ -24,7 +25,7 @@ use tokio::task::JoinHandle;
 
 use super::engine::{self, Engine};
 use crate::driver::process::{probe, tail_from, Spec};
-use crate::driver::{Death, DriverError, Exit, Exited, Launch, Node};
+use crate::driver::{Death, DriverError, EngineMemory, Exit, Exited, Launch, Node};
 
 /// Labels every container of soak carries.
 pub const LABEL_RUN: &str = "soak.run";
@@ -52,6 +53,8 @@ pub struct ContainerPlan {
 struct Ended {
     exit: Exit,
     oom: bool,
+    /// The engine stopped answering: the end is not known.
+    lost: bool,
 }
 
 struct Incarnation {
@@ -70,6 +73,8 @@ pub struct ContainerNode {
     current: Option<Incarnation>,
     /// Every container made, removed at shutdown.
     made: Vec<String>,
+    /// On a remote engine, the node's memory from the engine's stats.
+    memory: Option<Arc<EngineMemory>>,
 }
 
 fn engine_error(e: impl std::fmt::Display) -> DriverError {
@@ -92,6 +97,7 @@ fn exit_of(code: i64) -> Exit {
 
 impl ContainerNode {
     pub fn new(spec: Spec, image: String, plan: ContainerPlan, engine: Engine) -> ContainerNode {
+        let memory = (!engine.info.local).then(Arc::default);
         ContainerNode {
             spec,
             image,
@@ -99,7 +105,14 @@ impl ContainerNode {
             engine: Some(engine),
             current: None,
             made: vec![],
+            memory,
         }
+    }
+
+    /// Where a remote engine's stats of the node's memory go (none on a
+    /// local engine: the node's processes and cgroup are read here).
+    pub fn engine_memory(&self) -> Option<Arc<EngineMemory>> {
+        self.memory.clone()
     }
 
     /// What the report names of the engine.
@@ -181,6 +194,9 @@ impl ContainerNode {
         self.made.push(id.clone());
         docker.start_container(&id, None).await.map_err(api)?;
         let logs = tokio::spawn(follow_logs(docker.clone(), id.clone(), log_path));
+        if let Some(m) = &self.memory {
+            tokio::spawn(follow_stats(docker.clone(), id.clone(), m.clone()));
+        }
         let (tx, ended) = watch::channel(None);
         tokio::spawn(watch_end(docker.clone(), id.clone(), tx));
         let pid = docker
@@ -258,6 +274,31 @@ async fn follow_logs(docker: bollard::Docker, id: String, path: PathBuf) {
     }
 }
 
+/// The container's memory as the engine's stats stream reports it, until
+/// the container ends.
+async fn follow_stats(docker: bollard::Docker, id: String, m: Arc<EngineMemory>) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut stream = docker.stats(
+        &id,
+        Some(StatsOptions {
+            stream: true,
+            one_shot: false,
+        }),
+    );
+    while let Some(Ok(s)) = stream.next().await {
+        let Some(ms) = s.memory_stats else { continue };
+        let stats = ms.stats.unwrap_or_default();
+        // v2 names, then v1's.
+        let of = |a: &str, b: &str| stats.get(a).or_else(|| stats.get(b)).copied();
+        m.usage.store(ms.usage.unwrap_or(0), Relaxed);
+        m.anon.store(of("anon", "rss").unwrap_or(0), Relaxed);
+        m.file.store(of("file", "cache").unwrap_or(0), Relaxed);
+    }
+    for v in [&m.usage, &m.anon, &m.file] {
+        v.store(0, Relaxed);
+    }
+}
+
 /// Publishes the container's end: the engine's wait, then its state.
 async fn watch_end(docker: bollard::Docker, id: String, tx: watch::Sender<Option<Ended>>) {
     let mut wait = docker.wait_container(&id, None::<WaitContainerOptions>);
@@ -273,11 +314,13 @@ async fn watch_end(docker: bollard::Docker, id: String, tx: watch::Sender<Option
         Some(s) => Ended {
             exit: exit_of(s.exit_code.unwrap_or(-1)),
             oom: s.oom_killed.unwrap_or(false),
+            lost: false,
         },
-        // Removed under it, or the engine went away.
+        // The engine went away (or the container was removed under it).
         None => Ended {
             exit: Exit::Signal(Signal::SIGKILL as i32),
             oom: false,
+            lost: true,
         },
     };
     let _ = tx.send(Some(ended));
@@ -410,12 +453,12 @@ impl Node for ContainerNode {
     }
 
     fn death(&mut self) -> Death {
-        let oom = self.ended().is_some_and(|e| e.oom);
+        let ended = self.ended();
         self.current = None;
-        if oom {
-            Death::Oom
-        } else {
-            Death::Crash
+        match ended {
+            Some(e) if e.lost => Death::Lost,
+            Some(e) if e.oom => Death::Oom,
+            _ => Death::Crash,
         }
     }
 
