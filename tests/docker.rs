@@ -487,3 +487,24 @@ fn an_engine_that_goes_away_mid_run_is_exit_3_with_a_report() {
         "{report}"
     );
 }
+
+/// A container that exits before it is ready: exit 3, with the last lines
+/// it printed (from the engine's log stream) in the error.
+#[test]
+fn a_container_that_exits_before_ready_is_an_environment_error_with_its_output() {
+    require_docker_images();
+    let dir = tempfile::tempdir().unwrap();
+    let suite = dir.path().join("exits.yaml");
+    std::fs::write(
+        &suite,
+        "name: exits\nnode:\n  image: soak-node:local\n  command: [\"soak-node\", \"--no-such-flag\"]\n  ready: { tcp: \"127.0.0.1:${PORT}\", timeout: 30s }\nphases:\n  - wait: 1s\n",
+    )
+    .unwrap();
+    let run = soak_run(suite.to_str().unwrap(), &[]);
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    let err = run.stderr();
+    assert!(
+        err.contains("before it was ready") && err.contains("--no-such-flag"),
+        "{err}"
+    );
+}

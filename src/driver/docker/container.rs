@@ -236,16 +236,7 @@ impl ContainerNode {
             c.logs.abort();
         }
         for id in self.made.drain(..) {
-            let _ = docker
-                .remove_container(
-                    &id,
-                    Some(RemoveContainerOptions {
-                        force: true,
-                        v: true,
-                        ..Default::default()
-                    }),
-                )
-                .await;
+            let _ = remove(&docker, &id).await;
         }
     }
 }
@@ -337,9 +328,11 @@ impl Node for ContainerNode {
         let deadline = t0 + self.spec.ready_timeout;
         loop {
             if let Some(e) = self.ended() {
-                // Give the log stream a moment to deliver the last lines.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                self.current = None;
+                // The log stream ends with the container: its last lines
+                // are in node.log once it has.
+                if let Some(c) = self.current.take() {
+                    let _ = tokio::time::timeout(Duration::from_secs(5), c.logs).await;
+                }
                 return Err(DriverError::ExitedBeforeReady {
                     status: e.exit.to_string(),
                     log: self.spec.log.clone(),
@@ -537,16 +530,7 @@ impl Drop for ContainerNode {
             };
             rt.block_on(async {
                 for id in ids {
-                    let _ = docker
-                        .remove_container(
-                            &id,
-                            Some(RemoveContainerOptions {
-                                force: true,
-                                v: true,
-                                ..Default::default()
-                            }),
-                        )
-                        .await;
+                    let _ = remove(&docker, &id).await;
                 }
             });
         })
