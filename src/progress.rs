@@ -197,10 +197,10 @@ impl Progress {
                 parts.push(format!("p99 {:.1} ms", p99 as f64 / 1000.0));
             }
         }
-        if let Some(rss) = c.target.as_ref().and_then(rss_now) {
+        if let Some((what, bytes)) = c.target.as_ref().and_then(memory_now) {
             parts.push(match c.limit {
-                Some(l) => format!("RSS {} of {}", Bytes(rss), Bytes(l)),
-                None => format!("RSS {}", Bytes(rss)),
+                Some(l) => format!("{what} {} of {}", Bytes(bytes), Bytes(l)),
+                None => format!("{what} {}", Bytes(bytes)),
             });
         }
         parts.push(format!("{} restarts, {} lost", c.restarts, c.harmed));
@@ -219,14 +219,23 @@ fn round_s(d: Duration) -> Duration {
     Duration::from_secs(d.as_secs())
 }
 
-/// The node's resident memory now: its process tree's RSS.
-fn rss_now(t: &Target) -> Option<u64> {
-    let pid = t.pid.load(std::sync::atomic::Ordering::Relaxed);
-    (pid > 0).then(|| {
-        crate::telemetry::process_tree(pid)
-            .into_iter()
-            .map(crate::telemetry::rss_of)
-            .sum()
+/// The node's memory now: its process tree's RSS, or on a remote engine
+/// the container's usage as the engine reports it.
+fn memory_now(t: &Target) -> Option<(&'static str, u64)> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let pid = t.pid.load(Relaxed);
+    if pid <= 0 {
+        return None;
+    }
+    Some(match &t.engine_memory {
+        Some(m) => ("memory", m.usage.load(Relaxed)),
+        None => (
+            "RSS",
+            crate::telemetry::process_tree(pid)
+                .into_iter()
+                .map(crate::telemetry::rss_of)
+                .sum(),
+        ),
     })
 }
 
