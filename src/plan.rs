@@ -378,6 +378,7 @@ pub fn resolve(
                 }),
             ),
             memory: suite.limits.memory.map(|s| s.0),
+            swap: suite.limits.swap.map(|s| s.0),
         });
     let node = Spec {
         argv: base.argv.clone(),

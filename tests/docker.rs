@@ -508,3 +508,28 @@ fn a_container_that_exits_before_ready_is_an_environment_error_with_its_output()
         "{err}"
     );
 }
+
+/// `pause` freezes the container through the engine, and the stall shows
+/// as latency; `limit` lowers its memory limit live, read back from the
+/// engine.
+#[test]
+fn a_container_is_paused_and_its_limit_changed_live_through_the_engine() {
+    require_docker_images();
+    let run = soak_run("tests/suites/container-pause-limit.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = run.cell();
+    let lat = c.load.as_ref().unwrap().latency_us.clone().unwrap();
+    assert!(lat.max >= 900_000, "{lat:?}");
+    assert!(c.restarts.is_empty(), "{:?}", c.restarts);
+    let limit = c
+        .phases
+        .iter()
+        .find(|p| p.phase.starts_with("limit"))
+        .unwrap();
+    assert!(
+        limit
+            .outcome
+            .contains(&format!("HostConfig.Memory read back: {}", 192u64 << 20)),
+        "{limit:?}"
+    );
+}

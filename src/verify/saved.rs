@@ -48,6 +48,8 @@ pub struct SavedContainer {
     pub mounts: Vec<PathBuf>,
     pub user: Option<String>,
     pub memory: Option<u64>,
+    #[serde(default)]
+    pub swap: Option<u64>,
 }
 
 impl SavedNode {
@@ -83,6 +85,7 @@ impl SavedNode {
             mounts: plan.mounts.clone(),
             user: plan.user.clone(),
             memory: plan.memory,
+            swap: plan.swap,
         });
         self
     }
@@ -180,6 +183,7 @@ pub async fn reverify(dir: &Path, target: Option<String>) -> Result<Reverified, 
                         mounts: c.mounts.clone(),
                         user: c.user.clone(),
                         memory: c.memory,
+                        swap: c.swap,
                     };
                     AnyNode::Container(ContainerNode::new(spec, c.image.clone(), plan, engine))
                 }

@@ -44,8 +44,11 @@ pub struct ContainerPlan {
     /// Folders bind-mounted at the same path (the cell's folder).
     pub mounts: Vec<PathBuf>,
     pub user: Option<String>,
-    /// `limits.memory`, and swap: none beyond it.
+    /// `limits.memory`.
     pub memory: Option<u64>,
+    /// `limits.swap`: swap allowed beyond the memory limit (none if not
+    /// given).
+    pub swap: Option<u64>,
 }
 
 /// How an incarnation ended, as the engine says it.
@@ -139,6 +142,8 @@ impl ContainerNode {
             .map(|m| format!("{0}:{0}", m.display()))
             .collect();
         let memory = self.plan.memory.map(|b| b as i64);
+        // The engine's swap limit is memory and swap together.
+        let memory_swap = memory.map(|m| m + self.plan.swap.unwrap_or(0) as i64);
         ContainerCreateBody {
             image: Some(self.image.clone()),
             cmd: (!self.spec.argv.is_empty()).then(|| self.spec.argv.clone()),
@@ -157,7 +162,7 @@ impl ContainerNode {
                 network_mode: Some("host".into()),
                 binds: Some(binds),
                 memory,
-                memory_swap: memory,
+                memory_swap,
                 ..Default::default()
             }),
             ..Default::default()
@@ -470,13 +475,13 @@ impl Node for ContainerNode {
             .map(|c| c.id.clone())
             .ok_or(DriverError::NotRunning)?;
         let docker = self.engine().await?.docker.clone();
-        // Swap goes with it: a limit the node can swap past is no limit.
+        // Swap moves with it: a limit the node can swap past is no limit.
         docker
             .update_container(
                 &id,
                 ContainerUpdateBody {
                     memory: Some(bytes as i64),
-                    memory_swap: Some(bytes as i64),
+                    memory_swap: Some((bytes + self.plan.swap.unwrap_or(0)) as i64),
                     ..Default::default()
                 },
             )
