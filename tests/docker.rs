@@ -250,10 +250,21 @@ struct RemoteEngine {
     /// 10.251.N.2
     addr: String,
     dockerd: Option<std::process::Child>,
+    tls: bool,
 }
 
 impl RemoteEngine {
     fn start() -> RemoteEngine {
+        RemoteEngine::start_with(false)
+    }
+
+    /// Listening on TCP with TLS, clients verified by a CA of the test's
+    /// own (certificates in `certs()`, as `DOCKER_CERT_PATH` expects).
+    fn start_tls() -> RemoteEngine {
+        RemoteEngine::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> RemoteEngine {
         common::require_tool("ip", "iproute2");
         common::require_tool("nsenter", "util-linux");
         let n = 1 + rand::random::<u8>() % 250;
@@ -273,6 +284,7 @@ impl RemoteEngine {
             dir: tempfile::tempdir().unwrap(),
             exec_root: format!("/run/se{tag}"),
             addr: addr.clone(),
+            tls,
         };
         sh(&format!(
             "ip link add {veth} type veth peer name {veth}n && ip link set {veth}n netns {ns} \
@@ -283,6 +295,28 @@ impl RemoteEngine {
         // nsenter, not `ip netns exec`: that one mounts a sysfs of its own,
         // without the cgroup hierarchies dockerd needs.
         let log = std::fs::File::create(engine.dir.path().join("dockerd.log")).unwrap();
+        let mut tls_args = vec![];
+        if tls {
+            common::require_tool("openssl", "openssl");
+            let d = engine.certs();
+            std::fs::create_dir_all(&d).unwrap();
+            sh(&format!(
+                "cd {d} && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca-key.pem -out ca.pem -days 2 -subj /CN=soak-test-ca 2>/dev/null \
+                 && openssl req -newkey rsa:2048 -nodes -keyout server-key.pem -out server.csr -subj /CN=engine 2>/dev/null \
+                 && printf 'subjectAltName=IP:{addr}\\nextendedKeyUsage=serverAuth\\n' > server.ext \
+                 && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -out server-cert.pem -days 2 -extfile server.ext 2>/dev/null \
+                 && openssl req -newkey rsa:2048 -nodes -keyout key.pem -out client.csr -subj /CN=soak 2>/dev/null \
+                 && printf 'extendedKeyUsage=clientAuth\\n' > client.ext \
+                 && openssl x509 -req -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -out cert.pem -days 2 -extfile client.ext 2>/dev/null",
+                d = d.display()
+            ));
+            tls_args = vec![
+                "--tlsverify".to_string(),
+                format!("--tlscacert={}/ca.pem", d.display()),
+                format!("--tlscert={}/server-cert.pem", d.display()),
+                format!("--tlskey={}/server-key.pem", d.display()),
+            ];
+        }
         let dockerd = Command::new("nsenter")
             .arg(format!("--net=/var/run/netns/{ns}"))
             .args([
@@ -291,7 +325,8 @@ impl RemoteEngine {
                 "--bridge=none",
                 "--storage-driver=vfs",
             ])
-            .arg(format!("--host=tcp://{addr}:2375"))
+            .arg(format!("--host={}", engine.host()))
+            .args(&tls_args)
             .arg(format!("--data-root={}/data", engine.dir.path().display()))
             .arg(format!("--exec-root={}", engine.exec_root))
             .arg(format!(
@@ -312,22 +347,60 @@ impl RemoteEngine {
             );
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
-        sh(&format!(
-            "docker save soak-node:local | docker -H {} load >/dev/null",
-            engine.host()
-        ));
+        // The environment only for the loading side: `docker save` talks
+        // to the local engine.
+        let env: Vec<String> = engine
+            .client_env()
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let load = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "docker save soak-node:local | env {} docker {} -H {} load >/dev/null",
+                env.join(" "),
+                if tls { "--tlsverify" } else { "" },
+                engine.host()
+            ))
+            .status()
+            .unwrap();
+        assert!(load.success());
         engine
     }
 
     fn host(&self) -> String {
-        format!("tcp://{}:2375", self.addr)
+        let port = if self.tls { 2376 } else { 2375 };
+        format!("tcp://{}:{port}", self.addr)
+    }
+
+    fn certs(&self) -> std::path::PathBuf {
+        self.dir.path().join("certs")
+    }
+
+    /// What a client (soak, the docker CLI) needs in its environment.
+    fn client_env(&self) -> Vec<(String, String)> {
+        if self.tls {
+            vec![
+                ("DOCKER_TLS_VERIFY".into(), "1".into()),
+                (
+                    "DOCKER_CERT_PATH".into(),
+                    self.certs().display().to_string(),
+                ),
+            ]
+        } else {
+            vec![]
+        }
     }
 
     fn docker(&self, args: &[&str]) -> std::process::Output {
-        Command::new("docker")
-            .arg("-H")
+        let mut cmd = Command::new("docker");
+        if self.tls {
+            cmd.arg("--tlsverify");
+        }
+        cmd.arg("-H")
             .arg(self.host())
             .args(args)
+            .envs(self.client_env())
             .output()
             .unwrap()
     }
@@ -532,4 +605,44 @@ fn a_container_is_paused_and_its_limit_changed_live_through_the_engine() {
             .contains(&format!("HostConfig.Memory read back: {}", 192u64 << 20)),
         "{limit:?}"
     );
+}
+
+/// The same over TLS, as a remote engine is exposed in practice
+/// (`DOCKER_TLS_VERIFY` and `DOCKER_CERT_PATH`, client certificates).
+#[test]
+fn a_cell_on_a_remote_engine_over_tls_passes() {
+    require_docker_images();
+    let remote = RemoteEngine::start_tls();
+    let dir = tempfile::tempdir().unwrap();
+    let suite = remote.suite(dir.path(), "2s");
+    let id = format!("t{:x}", rand::random::<u32>());
+    let out = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .arg("run")
+        .arg(&suite)
+        .arg("--out")
+        .arg(dir.path())
+        .args(["--run-id", &id, "--docker-host", &remote.host()])
+        .envs(remote.client_env())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}\n{}", remote.log());
+    assert!(stderr.contains("verdict pass"), "{stderr}");
+    // Without the certificates the engine refuses soak: exit 3.
+    let out = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .arg("run")
+        .arg(&suite)
+        .arg("--out")
+        .arg(dir.path())
+        .args(["--docker-host", &remote.host()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let left = remote.docker(&["ps", "-aq", "--filter", &format!("label=soak.run={id}")]);
+    assert!(left.stdout.is_empty());
 }
