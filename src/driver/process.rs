@@ -61,6 +61,58 @@ pub struct Spec {
     pub log: PathBuf,
 }
 
+/// Why a start did not get ready.
+#[derive(Debug, Clone, Copy)]
+pub enum NotReady {
+    /// The node exited first.
+    Exited(Exit),
+    /// The probe did not answer within the ready timeout.
+    Timeout,
+}
+
+/// Probes every 50 ms until the node is ready (how long since `t0`), it
+/// exits (`exited` says so), or the ready timeout passes. The caller
+/// cleans up and makes the error with [`not_ready`].
+pub async fn await_ready(
+    spec: &Spec,
+    t0: Instant,
+    log_from: u64,
+    exited: impl Fn() -> Option<Exit>,
+) -> Result<Duration, NotReady> {
+    let deadline = t0 + spec.ready_timeout;
+    loop {
+        if let Some(e) = exited() {
+            return Err(NotReady::Exited(e));
+        }
+        if probe(&spec.probe, &spec.log, log_from).await {
+            return Ok(t0.elapsed());
+        }
+        if Instant::now() >= deadline {
+            return Err(NotReady::Timeout);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The error of a start that did not get ready, with the last lines this
+/// start wrote to the node's log.
+pub fn not_ready(spec: &Spec, log_from: u64, why: NotReady) -> DriverError {
+    let tail = tail_from(&spec.log, log_from, 20);
+    match why {
+        NotReady::Exited(e) => DriverError::ExitedBeforeReady {
+            status: e.to_string(),
+            log: spec.log.clone(),
+            tail,
+        },
+        NotReady::Timeout => DriverError::NeverReady {
+            timeout: spec.ready_timeout,
+            probe: spec.probe.to_string(),
+            log: spec.log.clone(),
+            tail,
+        },
+    }
+}
+
 /// One live incarnation of the node.
 struct Running {
     pid: i32,
@@ -213,29 +265,20 @@ impl ProcessNode {
             .map(|m| m.len())
             .unwrap_or(0);
         self.spawn()?;
-        let deadline = t0 + self.spec.ready_timeout;
-        loop {
-            if let Some(status) = self.exit_status() {
+        let waited = await_ready(&self.spec, t0, log_from, || {
+            self.exit_status().map(Exit::from)
+        })
+        .await;
+        match waited {
+            Ok(took) => Ok(took),
+            Err(why @ NotReady::Exited(_)) => {
                 self.current = None;
-                return Err(DriverError::ExitedBeforeReady {
-                    status: Exit::from(status).to_string(),
-                    log: self.spec.log.clone(),
-                    tail: tail_from(&self.spec.log, log_from, 20),
-                });
+                Err(not_ready(&self.spec, log_from, why))
             }
-            if probe(&self.spec.probe, &self.spec.log, log_from).await {
-                return Ok(t0.elapsed());
-            }
-            if Instant::now() >= deadline {
+            Err(why) => {
                 self.kill_now().await;
-                return Err(DriverError::NeverReady {
-                    timeout: self.spec.ready_timeout,
-                    probe: self.spec.probe.to_string(),
-                    log: self.spec.log.clone(),
-                    tail: tail_from(&self.spec.log, log_from, 20),
-                });
+                Err(not_ready(&self.spec, log_from, why))
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 

@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::engine::{self, Engine};
-use crate::driver::process::{probe, tail_from, Spec};
+use crate::driver::process::{await_ready, not_ready, NotReady, Spec};
 use crate::driver::{Death, DriverError, EngineMemory, Exit, Exited, Launch, Node};
 
 /// Labels every container of soak carries.
@@ -330,34 +330,29 @@ impl Node for ContainerNode {
             .unwrap_or(0);
         let inc = self.launch().await?;
         self.current = Some(inc);
-        let deadline = t0 + self.spec.ready_timeout;
-        loop {
-            if let Some(e) = self.ended() {
+        // The ready timeout is the node's: it counts from the container's
+        // start, not from its creation (the engine copying the image's
+        // files takes seconds with the vfs driver on a busy machine).
+        let started = Instant::now();
+        let waited = await_ready(&self.spec, started, log_from, || {
+            self.ended().map(|e| e.exit)
+        })
+        .await;
+        match waited {
+            Ok(_) => Ok(t0.elapsed()),
+            Err(why @ NotReady::Exited(_)) => {
                 // The log stream ends with the container: its last lines
                 // are in node.log once it has.
                 if let Some(c) = self.current.take() {
                     let _ = tokio::time::timeout(Duration::from_secs(5), c.logs).await;
                 }
-                return Err(DriverError::ExitedBeforeReady {
-                    status: e.exit.to_string(),
-                    log: self.spec.log.clone(),
-                    tail: tail_from(&self.spec.log, log_from, 20),
-                });
+                Err(not_ready(&self.spec, log_from, why))
             }
-            if probe(&self.spec.probe, &self.spec.log, log_from).await {
-                return Ok(t0.elapsed());
-            }
-            if Instant::now() >= deadline {
+            Err(why) => {
                 let _ = self.kill(Signal::SIGKILL).await;
                 self.current = None;
-                return Err(DriverError::NeverReady {
-                    timeout: self.spec.ready_timeout,
-                    probe: self.spec.probe.to_string(),
-                    log: self.spec.log.clone(),
-                    tail: tail_from(&self.spec.log, log_from, 20),
-                });
+                Err(not_ready(&self.spec, log_from, why))
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
@@ -377,8 +372,12 @@ impl Node for ContainerNode {
                 }),
             )
             .await
-            .map_err(api)?;
-        let end = self.wait_end(Duration::from_secs(10)).await;
+            .or_else(|e| match self.ended() {
+                // It ended on its own just before: that end is the answer.
+                Some(_) => Ok(()),
+                None => Err(api(e)),
+            })?;
+        let end = self.wait_end(grace + Duration::from_secs(10)).await;
         self.current = None;
         end.map(|e| e.exit).ok_or(DriverError::NotRunning)
     }
@@ -402,7 +401,12 @@ impl Node for ContainerNode {
                     .await
             }
         };
-        send(sig).await.map_err(api)?;
+        if let Err(e) = send(sig).await {
+            // It ended on its own just before: that end is the answer.
+            if self.wait_end(Duration::from_secs(1)).await.is_none() {
+                return Err(api(e));
+            }
+        }
         let mut end = self.wait_end(Duration::from_secs(10)).await;
         if end.is_none() {
             let _ = send(Signal::SIGKILL).await;
