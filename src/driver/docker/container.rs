@@ -74,8 +74,10 @@ pub struct ContainerNode {
     plan: ContainerPlan,
     engine: Option<Engine>,
     current: Option<Incarnation>,
-    /// Every container made, removed at shutdown.
+    /// The containers made and not removed yet (the current one, and one
+    /// that ended until the next start), removed at shutdown.
     made: Vec<String>,
+    starts: usize,
     /// On a remote engine, the node's memory from the engine's stats.
     memory: Option<Arc<EngineMemory>>,
 }
@@ -108,6 +110,7 @@ impl ContainerNode {
             engine: Some(engine),
             current: None,
             made: vec![],
+            starts: 0,
             memory,
         }
     }
@@ -172,11 +175,18 @@ impl ContainerNode {
     /// Creates and starts the next container; follows its logs and its
     /// end.
     async fn launch(&mut self) -> Result<Incarnation, DriverError> {
-        let name = format!("{}-{}", self.plan.name, self.made.len() + 1);
+        self.starts += 1;
+        let name = format!("{}-{}", self.plan.name, self.starts);
         let body = self.body();
         let image = self.image.clone();
         let log_path = self.spec.log.clone();
         let docker = self.engine().await?.docker.clone();
+        // The ended containers of earlier starts go first: their output is
+        // in node.log, and each holds a copy of the image's files (with
+        // the vfs driver, hundreds of MiB per restart of a chaos run).
+        for old in self.made.drain(..) {
+            let _ = remove(&docker, &old).await;
+        }
         let host = self.engine().await?.info.host.clone();
         let created = docker
             .create_container(
@@ -217,6 +227,14 @@ impl ContainerNode {
             ended,
             logs,
         })
+    }
+
+    /// The running container's id.
+    fn current_id(&self) -> Result<String, DriverError> {
+        self.current
+            .as_ref()
+            .map(|c| c.id.clone())
+            .ok_or(DriverError::NotRunning)
     }
 
     fn ended(&self) -> Option<Ended> {
@@ -357,9 +375,7 @@ impl Node for ContainerNode {
     }
 
     async fn stop(&mut self) -> Result<Exit, DriverError> {
-        let Some(id) = self.current.as_ref().map(|c| c.id.clone()) else {
-            return Err(DriverError::NotRunning);
-        };
+        let id = self.current_id()?;
         let grace = self.spec.grace;
         let docker = self.engine().await?.docker.clone();
         // The engine sends the stop signal, then SIGKILL after the grace.
@@ -383,9 +399,7 @@ impl Node for ContainerNode {
     }
 
     async fn kill(&mut self, sig: Signal) -> Result<Exit, DriverError> {
-        let Some(id) = self.current.as_ref().map(|c| c.id.clone()) else {
-            return Err(DriverError::NotRunning);
-        };
+        let id = self.current_id()?;
         let docker = self.engine().await?.docker.clone();
         let send = |s: Signal| {
             let docker = docker.clone();
@@ -417,21 +431,13 @@ impl Node for ContainerNode {
     }
 
     async fn pause(&mut self) -> Result<(), DriverError> {
-        let id = self
-            .current
-            .as_ref()
-            .map(|c| c.id.clone())
-            .ok_or(DriverError::NotRunning)?;
+        let id = self.current_id()?;
         let docker = self.engine().await?.docker.clone();
         docker.pause_container(&id).await.map_err(api)
     }
 
     async fn resume(&mut self) -> Result<(), DriverError> {
-        let id = self
-            .current
-            .as_ref()
-            .map(|c| c.id.clone())
-            .ok_or(DriverError::NotRunning)?;
+        let id = self.current_id()?;
         let docker = self.engine().await?.docker.clone();
         docker.unpause_container(&id).await.map_err(api)
     }
@@ -473,11 +479,7 @@ impl Node for ContainerNode {
     }
 
     async fn set_memory_limit(&mut self, bytes: u64) -> Result<String, DriverError> {
-        let id = self
-            .current
-            .as_ref()
-            .map(|c| c.id.clone())
-            .ok_or(DriverError::NotRunning)?;
+        let id = self.current_id()?;
         let docker = self.engine().await?.docker.clone();
         // Swap moves with it: a limit the node can swap past is no limit.
         docker
