@@ -72,7 +72,7 @@ pub struct ContainerNode {
     spec: Spec,
     image: String,
     plan: ContainerPlan,
-    engine: Option<Engine>,
+    engine: Engine,
     current: Option<Incarnation>,
     /// The containers made and not removed yet (the current one, and one
     /// that ended until the next start), removed at shutdown.
@@ -107,7 +107,7 @@ impl ContainerNode {
             spec,
             image,
             plan,
-            engine: Some(engine),
+            engine,
             current: None,
             made: vec![],
             starts: 0,
@@ -123,18 +123,12 @@ impl ContainerNode {
 
     /// What the report names of the engine.
     pub fn engine_info(&self) -> &engine::EngineInfo {
-        &self.engine.as_ref().expect("connected at creation").info
+        &self.engine.info
     }
 
-    /// The engine (connected again if it was let go).
-    pub async fn engine(&mut self) -> Result<&Engine, DriverError> {
-        if self.engine.is_none() {
-            let e = engine::connect(self.plan.host.as_deref())
-                .await
-                .map_err(|e| DriverError::Io(e.to_string()))?;
-            self.engine = Some(e);
-        }
-        Ok(self.engine.as_ref().expect("connected"))
+    /// A handle on the engine's API (cheap: a shared client).
+    fn docker(&self) -> bollard::Docker {
+        self.engine.docker.clone()
     }
 
     fn body(&self) -> ContainerCreateBody {
@@ -180,14 +174,14 @@ impl ContainerNode {
         let body = self.body();
         let image = self.image.clone();
         let log_path = self.spec.log.clone();
-        let docker = self.engine().await?.docker.clone();
+        let docker = self.docker();
         // The ended containers of earlier starts go first: their output is
         // in node.log, and each holds a copy of the image's files (with
         // the vfs driver, hundreds of MiB per restart of a chaos run).
         for old in self.made.drain(..) {
             let _ = remove(&docker, &old).await;
         }
-        let host = self.engine().await?.info.host.clone();
+        let host = self.engine.info.host.clone();
         let created = docker
             .create_container(
                 Some(CreateContainerOptions {
@@ -252,9 +246,7 @@ impl ContainerNode {
     }
 
     async fn remove_all(&mut self) {
-        let Some(docker) = self.engine.as_ref().map(|e| e.docker.clone()) else {
-            return;
-        };
+        let docker = self.docker();
         if let Some(c) = self.current.take() {
             c.logs.abort();
         }
@@ -377,7 +369,7 @@ impl Node for ContainerNode {
     async fn stop(&mut self) -> Result<Exit, DriverError> {
         let id = self.current_id()?;
         let grace = self.spec.grace;
-        let docker = self.engine().await?.docker.clone();
+        let docker = self.docker();
         // The engine sends the stop signal, then SIGKILL after the grace.
         docker
             .stop_container(
@@ -400,7 +392,7 @@ impl Node for ContainerNode {
 
     async fn kill(&mut self, sig: Signal) -> Result<Exit, DriverError> {
         let id = self.current_id()?;
-        let docker = self.engine().await?.docker.clone();
+        let docker = self.docker();
         let send = |s: Signal| {
             let docker = docker.clone();
             let id = id.clone();
@@ -432,13 +424,13 @@ impl Node for ContainerNode {
 
     async fn pause(&mut self) -> Result<(), DriverError> {
         let id = self.current_id()?;
-        let docker = self.engine().await?.docker.clone();
+        let docker = self.docker();
         docker.pause_container(&id).await.map_err(api)
     }
 
     async fn resume(&mut self) -> Result<(), DriverError> {
         let id = self.current_id()?;
-        let docker = self.engine().await?.docker.clone();
+        let docker = self.docker();
         docker.unpause_container(&id).await.map_err(api)
     }
 
@@ -480,7 +472,7 @@ impl Node for ContainerNode {
 
     async fn set_memory_limit(&mut self, bytes: u64) -> Result<String, DriverError> {
         let id = self.current_id()?;
-        let docker = self.engine().await?.docker.clone();
+        let docker = self.docker();
         // Swap moves with it: a limit the node can swap past is no limit.
         docker
             .update_container(
@@ -525,9 +517,7 @@ impl Drop for ContainerNode {
     /// A last resort when the cell ends without `shutdown` (a panic):
     /// removes what was made from a thread of its own.
     fn drop(&mut self) {
-        let Some(docker) = self.engine.as_ref().map(|e| e.docker.clone()) else {
-            return;
-        };
+        let docker = self.docker();
         let ids: Vec<String> = self.made.drain(..).collect();
         if ids.is_empty() {
             return;
