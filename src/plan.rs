@@ -356,7 +356,8 @@ pub fn resolve(
         },
     };
     let container =
-        base.image.as_ref().map(|_| ContainerPlan {
+        base.image.as_ref().map(|image| ContainerPlan {
+            image: image.clone(),
             host: ctx.docker_host.clone(),
             name: format!("soak-{}-{index}", ctx.run_id),
             labels: [

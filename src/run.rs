@@ -331,26 +331,20 @@ async fn prepare_node(
             .map(|l| l.timeout)
             .unwrap_or(Duration::from_secs(5)),
     );
-    if let (Some(c), Some(image)) = (
-        &plan.container,
-        &plan.versions[crate::suite::BASE_VERSION].image,
-    ) {
-        saved = saved.in_container(image, c);
+    if let Some(c) = &plan.container {
+        saved = saved.in_container(c);
     }
     saved
         .write(&plan.dir.join("node.json"))
         .map_err(|e| env_err("node.json", e))?;
     // A container's limits and cgroup are the engine's.
-    if let (Some(c), Some(image)) = (
-        &plan.container,
-        &plan.versions[crate::suite::BASE_VERSION].image,
-    ) {
+    if let Some(c) = &plan.container {
         // The engine first: one that does not answer is the environment's
         // fault (exit 3), found before anything starts.
         let engine = crate::driver::docker::engine::connect(c.host.as_deref())
             .await
             .map_err(|e| RunError::Environment(e.to_string()))?;
-        let node = ContainerNode::new(plan.node.clone(), image.clone(), c.clone(), engine);
+        let node = ContainerNode::new(plan.node.clone(), c.clone(), engine);
         return Ok((AnyNode::Container(node), None));
     }
     let cg = match placement.map(|p| p.create(&plan.cgroup_name, plan.limits)) {

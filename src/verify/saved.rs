@@ -77,9 +77,9 @@ impl SavedNode {
     }
 
     /// The same, for a node that runs as a container of `image`.
-    pub fn in_container(mut self, image: &str, plan: &ContainerPlan) -> SavedNode {
+    pub fn in_container(mut self, plan: &ContainerPlan) -> SavedNode {
         self.container = Some(SavedContainer {
-            image: image.to_string(),
+            image: plan.image.clone(),
             host: plan.host.clone(),
             labels: plan.labels.clone(),
             mounts: plan.mounts.clone(),
@@ -177,6 +177,7 @@ pub async fn reverify(dir: &Path, target: Option<String>) -> Result<Reverified, 
                         .await
                         .map_err(|e| ReverifyError::Environment(e.to_string()))?;
                     let plan = ContainerPlan {
+                        image: c.image.clone(),
                         host: c.host.clone(),
                         name: format!("soak-verify-{:x}", rand::random::<u32>()),
                         labels: c.labels.clone(),
@@ -185,7 +186,7 @@ pub async fn reverify(dir: &Path, target: Option<String>) -> Result<Reverified, 
                         memory: c.memory,
                         swap: c.swap,
                     };
-                    AnyNode::Container(ContainerNode::new(spec, c.image.clone(), plan, engine))
+                    AnyNode::Container(ContainerNode::new(spec, plan, engine))
                 }
             };
             let ready = Node::start(&mut node)

@@ -36,6 +36,8 @@ pub const LABEL_MACHINE: &str = "soak.machine";
 /// What a cell's containers are made with, besides the node's spec.
 #[derive(Debug, Clone)]
 pub struct ContainerPlan {
+    /// The image the first start runs (a version swap may name another).
+    pub image: String,
     /// `--docker-host`, else `DOCKER_HOST`, else the local socket.
     pub host: Option<String>,
     /// Containers are named `NAME-N`, N counting the starts.
@@ -101,11 +103,11 @@ fn exit_of(code: i64) -> Exit {
 }
 
 impl ContainerNode {
-    pub fn new(spec: Spec, image: String, plan: ContainerPlan, engine: Engine) -> ContainerNode {
+    pub fn new(spec: Spec, plan: ContainerPlan, engine: Engine) -> ContainerNode {
         let memory = (!engine.info.local).then(Arc::default);
         ContainerNode {
             spec,
-            image,
+            image: plan.image.clone(),
             plan,
             engine,
             current: None,

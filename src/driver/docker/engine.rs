@@ -27,7 +27,7 @@ pub struct EngineError {
 }
 
 /// The host to use: the option, else `DOCKER_HOST`, else the local socket.
-pub fn host(option: Option<&str>) -> String {
+fn host(option: Option<&str>) -> String {
     option
         .map(str::to_string)
         .or_else(|| std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()))
