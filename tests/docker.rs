@@ -253,6 +253,113 @@ struct RemoteEngine {
     tls: bool,
 }
 
+/// An sshd in a [`RemoteEngine`]'s namespace whose sessions reach that
+/// engine (`DOCKER_HOST` set for them), and a home for the client with a
+/// key it accepts.
+struct SshAccess {
+    sshd: std::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl SshAccess {
+    fn start(engine: &RemoteEngine) -> SshAccess {
+        common::require_tool("ssh", "openssh-client");
+        common::require_file("/usr/sbin/sshd", "openssh-server");
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let home = d.join("home");
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        let keygen = |path: &std::path::Path| {
+            let ok = Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(path)
+                .status()
+                .unwrap();
+            assert!(ok.success());
+        };
+        keygen(&d.join("host_key"));
+        keygen(&home.join(".ssh/id_ed25519"));
+        std::fs::copy(home.join(".ssh/id_ed25519.pub"), d.join("authorized_keys")).unwrap();
+        std::fs::write(
+            d.join("sshd_config"),
+            format!(
+                "ListenAddress {addr}:22\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
+                 PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+                 UsePAM no\nStrictModes no\nPidFile {d}/sshd.pid\nLogLevel VERBOSE\n\
+                 SetEnv DOCKER_HOST={engine}\n",
+                addr = engine.addr,
+                d = d.display(),
+                engine = engine.socket(),
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(d.join("sshd.log")).unwrap();
+        let sshd = Command::new("nsenter")
+            .arg(format!("--net=/var/run/netns/{}", engine.ns))
+            .args(["/usr/sbin/sshd", "-D", "-e", "-f"])
+            .arg(d.join("sshd_config"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let access = SshAccess { sshd, dir };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !access.log().contains("Server listening") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "sshd did not start: {}",
+                access.log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        access
+    }
+
+    /// The client's home (bound over /root for soak: ssh reads the user's
+    /// home from the password database, not from `$HOME`).
+    fn home(&self) -> std::path::PathBuf {
+        self.dir.path().join("home")
+    }
+
+    /// The engine's host key in the client's known hosts, as a user who
+    /// has logged in there once has it.
+    fn trust(&self, engine: &RemoteEngine) {
+        let key = std::fs::read_to_string(self.dir.path().join("host_key.pub")).unwrap();
+        std::fs::write(
+            self.home().join(".ssh/known_hosts"),
+            format!("{} {}", engine.addr, key),
+        )
+        .unwrap();
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("sshd.log")).unwrap_or_default()
+    }
+
+    /// A command that runs soak with this home's ssh keys and known hosts.
+    fn wrapper(&self) -> Vec<String> {
+        vec![
+            "unshare".into(),
+            "--mount".into(),
+            "sh".into(),
+            "-c".into(),
+            format!(
+                "mount --bind {} /root && exec \"$@\"",
+                self.home().display()
+            ),
+            "sh".into(),
+        ]
+    }
+}
+
+impl Drop for SshAccess {
+    fn drop(&mut self) {
+        let _ = self.sshd.kill();
+        let _ = self.sshd.wait();
+    }
+}
+
 impl RemoteEngine {
     fn start() -> RemoteEngine {
         RemoteEngine::start_with(false)
@@ -326,6 +433,7 @@ impl RemoteEngine {
                 "--storage-driver=vfs",
             ])
             .arg(format!("--host={}", engine.host()))
+            .arg(format!("--host={}", engine.socket()))
             .args(&tls_args)
             .arg(format!("--data-root={}/data", engine.dir.path().display()))
             .arg(format!("--exec-root={}", engine.exec_root))
@@ -371,6 +479,11 @@ impl RemoteEngine {
     fn host(&self) -> String {
         let port = if self.tls { 2376 } else { 2375 };
         format!("tcp://{}:{port}", self.addr)
+    }
+
+    /// Its socket, for what runs on its machine (an ssh session).
+    fn socket(&self) -> String {
+        format!("unix://{}/docker.sock", self.dir.path().display())
     }
 
     fn certs(&self) -> std::path::PathBuf {
@@ -516,6 +629,70 @@ fn a_cell_on_a_remote_engine_passes_with_memory_from_the_engines_stats() {
         left.stdout.is_empty(),
         "{}",
         String::from_utf8_lossy(&left.stdout)
+    );
+}
+
+/// An engine on another machine reached over ssh, as `docker -H ssh://`
+/// reaches it: the user's keys and known hosts, `docker system dial-stdio`
+/// there. A host key soak has never seen is refused (exit 3, ssh's own
+/// words); once known, the cell passes on that engine, and no ssh is left.
+#[test]
+fn a_cell_on_an_engine_reached_over_ssh_passes() {
+    require_docker_images();
+    let remote = RemoteEngine::start();
+    let ssh = SshAccess::start(&remote);
+    let host = format!("ssh://root@{}", remote.addr);
+    let dir = tempfile::tempdir().unwrap();
+    let suite = remote.suite(dir.path(), "3s");
+    let wrapper = ssh.wrapper();
+    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+
+    let refused = soak_run_in(&wrapper, suite.to_str().unwrap(), &["--docker-host", &host]);
+    assert_eq!(refused.code(), 3, "{}", refused.stderr());
+    assert!(
+        refused.stderr().contains(&host)
+            && refused.stderr().contains("Host key verification failed"),
+        "{}",
+        refused.stderr()
+    );
+    assert_nothing_left(&refused);
+
+    ssh.trust(&remote);
+    let run = soak_run_in(&wrapper, suite.to_str().unwrap(), &["--docker-host", &host]);
+    assert_eq!(run.code(), 0, "{}\n{}", run.stderr(), ssh.log());
+    let c = run.cell();
+    assert_eq!(c.integrity.lost, 0);
+    assert!(c.integrity.verified > 100, "{:?}", c.integrity);
+    let e = c.engine.as_ref().unwrap();
+    assert!(!e.local && e.host == host, "{e:?}");
+    assert!(c.memory.peak_cgroup_bytes > 1 << 20, "{:?}", c.memory);
+    assert!(
+        ssh.log().contains("Accepted publickey for root"),
+        "{}",
+        ssh.log()
+    );
+    let left = remote.docker(&[
+        "ps",
+        "-aq",
+        "--filter",
+        &format!("label=soak.run={}", run.id),
+    ]);
+    assert!(
+        left.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+    let ssh_left = Command::new("pgrep")
+        .args([
+            "-af",
+            &format!("[s]sh .*{} docker system dial-stdio", remote.addr),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        ssh_left.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&ssh_left.stdout)
     );
 }
 

@@ -59,9 +59,24 @@ pub fn test_run_id() -> String {
 }
 
 pub fn soak_run(suite_file: &str, extra: &[&str]) -> Run {
+    soak_run_in(&[], suite_file, extra)
+}
+
+/// `soak run` started by a wrapper command (`unshare ...`, which ends by
+/// running its arguments).
+#[allow(dead_code)]
+pub fn soak_run_in(wrapper: &[&str], suite_file: &str, extra: &[&str]) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let id = test_run_id();
-    let out = Command::new(env!("CARGO_BIN_EXE_soak"))
+    let mut cmd = match wrapper.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(env!("CARGO_BIN_EXE_soak"));
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_soak")),
+    };
+    let out = cmd
         .arg("run")
         .arg(suite(suite_file))
         .arg("--out")

@@ -1,7 +1,7 @@
 //! A Docker engine, local or remote, through bollard: connected to the host
 //! `--docker-host` or `DOCKER_HOST` names (unix, tcp, tcp with TLS when
-//! `DOCKER_TLS_VERIFY` is set, https, ssh), else the local socket, at the
-//! API version both sides speak.
+//! `DOCKER_TLS_VERIFY` is set, https, ssh: see [`super::ssh`]), else the
+//! local socket, at the API version both sides speak.
 
 use bollard::Docker;
 
@@ -35,7 +35,9 @@ fn host(option: Option<&str>) -> String {
 }
 
 fn error(host: &str, reason: &dyn std::error::Error) -> EngineError {
-    let fix = if host.starts_with("unix://") {
+    let fix = if host.starts_with("ssh://") {
+        "check that `ssh HOST docker version` works for this user without a prompt (key, known host), and that the docker CLI is on the remote PATH".to_string()
+    } else if host.starts_with("unix://") {
         if super::super::which("dockerd").is_some() {
             "start it: dockerd --iptables=false --bridge=none --storage-driver=vfs &".to_string()
         } else {
@@ -56,7 +58,25 @@ fn error(host: &str, reason: &dyn std::error::Error) -> EngineError {
 /// than bollard's own) and reads what the report names.
 pub async fn connect(option: Option<&str>) -> Result<Engine, EngineError> {
     let host = host(option);
-    let docker = Docker::connect_with_host(&host).map_err(|e| error(&host, &e))?;
+    let (docker, ssh) = if host.starts_with("ssh://") {
+        let (docker, ssh) = over_ssh(&host).map_err(|reason| EngineError {
+            host: host.clone(),
+            reason,
+            fix: "write it as ssh://[USER@]HOST[:PORT]".to_string(),
+        })?;
+        (docker, Some(ssh))
+    } else {
+        let docker = Docker::connect_with_host(&host).map_err(|e| error(&host, &e))?;
+        (docker, None)
+    };
+    // What ssh said is the reason a connection over it failed.
+    let error = |host: &str, e: &dyn std::error::Error| {
+        let mut err = error(host, e);
+        if let Some(said) = ssh.as_ref().and_then(super::ssh::Connector::said) {
+            err.reason = format!("ssh said: {said}; {}", err.reason);
+        }
+        err
+    };
     let work = async {
         let docker = docker.negotiate_version().await?;
         let info = docker.info().await?;
@@ -84,4 +104,32 @@ pub async fn connect(option: Option<&str>) -> Result<Engine, EngineError> {
             local,
         },
     })
+}
+
+/// A client whose connections are ssh children running `docker system
+/// dial-stdio` on the remote machine.
+fn over_ssh(host: &str) -> Result<(Docker, super::ssh::Connector), String> {
+    let connector = super::ssh::Connector::new(super::ssh::Target::parse(host)?);
+    let client = std::sync::Arc::new(
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .pool_idle_timeout(std::time::Duration::from_secs(60))
+            .build(connector.clone()),
+    );
+    let docker = Docker::connect_with_custom_transport(
+        move |req: bollard::BollardRequest| {
+            let client = client.clone();
+            Box::pin(async move {
+                client
+                    .request(req)
+                    .await
+                    .map_err(bollard::errors::Error::from)
+            }) as std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>>
+        },
+        // The docker CLI's name for an engine behind a dialer.
+        Some("http://docker"),
+        120,
+        bollard::API_DEFAULT_VERSION,
+    )
+    .map_err(|e| e.to_string())?;
+    Ok((docker, connector))
 }

@@ -3,3 +3,4 @@
 
 pub mod container;
 pub mod engine;
+pub mod ssh;
