@@ -86,9 +86,10 @@ fn walk(
     }
 }
 
-/// Removes soak's processes and cgroups (of one run, or of every run),
+/// Removes soak's processes, cgroups and containers (on `docker_host`, else
+/// `DOCKER_HOST`, else the local engine) of one run or of every run,
 /// leaving alone those of runs whose soak is alive unless `force`.
-pub fn cleanup(run: Option<&str>, force: bool) -> Cleaned {
+pub fn cleanup(run: Option<&str>, force: bool, docker_host: Option<&str>) -> Cleaned {
     let alive = |r: &str| !force && is_alive(r);
     let processes = kill_labelled(run, &alive);
     let mut cgroups = vec![];
@@ -109,7 +110,7 @@ pub fn cleanup(run: Option<&str>, force: bool) -> Cleaned {
             }
         }
     }
-    let (containers, containers_unchecked) = match containers(run, &alive) {
+    let (containers, containers_unchecked) = match containers(run, &alive, docker_host) {
         Ok(c) => (c, None),
         Err(e) => (vec![], Some(e)),
     };
@@ -121,12 +122,27 @@ pub fn cleanup(run: Option<&str>, force: bool) -> Cleaned {
     }
 }
 
-/// Removes the containers of soak's runs on the engine `DOCKER_HOST` names
-/// (else the local one) that this machine's soak made and whose run is not
-/// alive: a shared engine's containers of other machines' runs are theirs.
+/// Removes the containers of soak's runs on the engine that this machine's
+/// soak made and whose run is not alive: a shared engine's containers of
+/// other machines' runs are theirs. On a thread of its own, with a runtime
+/// of its own, so that a run's second Ctrl-C (inside the run's runtime)
+/// can call it too.
 fn containers(
     run: Option<&str>,
-    alive: &dyn Fn(&str) -> bool,
+    alive: &(dyn Fn(&str) -> bool + Sync),
+    docker_host: Option<&str>,
+) -> Result<Vec<(String, String)>, String> {
+    std::thread::scope(|s| {
+        s.spawn(|| containers_now(run, alive, docker_host))
+            .join()
+            .unwrap_or_else(|_| Err("the container cleanup panicked".to_string()))
+    })
+}
+
+fn containers_now(
+    run: Option<&str>,
+    alive: &(dyn Fn(&str) -> bool + Sync),
+    docker_host: Option<&str>,
 ) -> Result<Vec<(String, String)>, String> {
     use crate::driver::docker::{container, engine};
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -134,7 +150,9 @@ fn containers(
         .build()
         .map_err(|e| e.to_string())?;
     rt.block_on(async {
-        let e = engine::connect(None).await.map_err(|e| e.to_string())?;
+        let e = engine::connect(docker_host)
+            .await
+            .map_err(|e| e.to_string())?;
         let here = container::machine();
         let mut out = vec![];
         for c in container::labelled(&e.docker).await? {
@@ -182,8 +200,8 @@ mod tests {
         let stale = lock_dir().join(format!("{dead}.lock"));
         std::fs::write(&stale, "1\n").unwrap();
         let lock = lock_run(&live).unwrap();
-        cleanup(Some(&dead), false);
-        cleanup(Some(&live), false);
+        cleanup(Some(&dead), false, None);
+        cleanup(Some(&live), false, None);
         assert!(!stale.exists());
         assert!(is_alive(&live));
         drop(lock);

@@ -80,6 +80,10 @@ enum Command {
         /// Also what belongs to runs whose soak is alive.
         #[arg(long)]
         force: bool,
+        /// The Docker engine whose containers to remove (as for `soak run
+        /// --docker-host`); else DOCKER_HOST, else the local one.
+        #[arg(long, value_name = "URL")]
+        docker_host: Option<String>,
     },
 }
 
@@ -210,8 +214,12 @@ pub fn main() -> i32 {
             }
             exit::PASS
         }
-        Command::Cleanup { run, force } => {
-            let cleaned = crate::cleanup::cleanup(run.as_deref(), force);
+        Command::Cleanup {
+            run,
+            force,
+            docker_host,
+        } => {
+            let cleaned = crate::cleanup::cleanup(run.as_deref(), force, docker_host.as_deref());
             for (pid, label) in &cleaned.processes {
                 println!("killed process {pid} (run {label})");
             }
@@ -398,7 +406,7 @@ fn run_command(opts: RunOptions) -> i32 {
         return exit::ENVIRONMENT;
     };
     rt.block_on(async move {
-        let rx = crate::signal::interrupts();
+        let rx = crate::signal::interrupts(opts.docker_host.clone());
         let progress = crate::progress::Progress::new(
             opts.progress.unwrap_or_else(crate::progress::Mode::detect),
             opts.quiet,

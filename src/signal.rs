@@ -5,8 +5,9 @@
 use tokio::sync::watch;
 
 /// Listens for SIGINT and SIGTERM for the rest of the process's life; the
-/// receiver turns true at the first.
-pub fn interrupts() -> watch::Receiver<bool> {
+/// receiver turns true at the first. The second cleans up the run,
+/// containers on `docker_host` (the run's engine) included.
+pub fn interrupts(docker_host: Option<String>) -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};
@@ -28,7 +29,7 @@ pub fn interrupts() -> watch::Receiver<bool> {
             } else {
                 eprintln!("soak: killing this run's nodes and leaving");
                 if let Some(id) = crate::lock::current_run_id() {
-                    crate::cleanup::cleanup(Some(&id), true);
+                    crate::cleanup::cleanup(Some(&id), true, docker_host.as_deref());
                 }
                 std::process::exit(crate::exit::INTERRUPTED);
             }

@@ -146,6 +146,42 @@ fn soak_cleanup_removes_the_containers_of_a_killed_soak() {
     assert!(procs.is_empty(), "{procs:?}");
 }
 
+/// Ctrl-C twice: the second kills the run's node and removes its container
+/// at once (from inside the run's own runtime), and soak leaves with 130.
+#[test]
+fn a_second_ctrl_c_removes_the_runs_container_and_leaves() {
+    use std::io::BufRead;
+    require_docker_images();
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = spawn_soak_run(
+        "suites/smoke-container.yaml",
+        dir.path(),
+        std::process::Stdio::piped(),
+    );
+    let events = wait_for_file(dir.path(), "events.jsonl", |e| {
+        std::fs::read_to_string(e)
+            .unwrap()
+            .contains("\"kind\":\"ready\"")
+    });
+    let report_dir = events.parent().unwrap().parent().unwrap().parent().unwrap();
+    let id = run_id(report_dir);
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    while !said.contains("soak: interrupted") {
+        assert!(stderr.read_line(&mut said).unwrap() > 0, "{said}");
+    }
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = child.wait().unwrap();
+    std::io::Read::read_to_string(&mut stderr, &mut said).unwrap();
+    assert_eq!(status.code(), Some(130), "{said}");
+    assert!(said.contains("killing this run's nodes"), "{said}");
+    assert!(!said.contains("panicked"), "{said}");
+    assert!(containers_of(&id).is_empty(), "{said}");
+    assert!(labelled(&id).is_empty());
+}
+
 /// The Teku story as images: RocksDB 7.8's image writes, soak-node's
 /// image (RocksDB 11.8) takes the same data over and reads every write
 /// back, and 7.8 refuses what 11.8 wrote, in its own words.
@@ -335,6 +371,18 @@ impl SshAccess {
 
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("sshd.log")).unwrap_or_default()
+    }
+
+    /// The ssh clients to this engine that are running, one per line.
+    fn clients(&self, engine: &RemoteEngine) -> String {
+        let out = Command::new("pgrep")
+            .args([
+                "-af",
+                &format!("[s]sh .*{} docker system dial-stdio", engine.addr),
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// A command that runs soak with this home's ssh keys and known hosts.
@@ -682,18 +730,55 @@ fn a_cell_on_an_engine_reached_over_ssh_passes() {
         "{}",
         String::from_utf8_lossy(&left.stdout)
     );
-    let ssh_left = Command::new("pgrep")
-        .args([
-            "-af",
-            &format!("[s]sh .*{} docker system dial-stdio", remote.addr),
-        ])
+    assert_eq!(ssh.clients(&remote), "");
+
+    // soak SIGKILLed: its ssh children go with it, its container stays
+    // until `soak cleanup` (over ssh too) removes it.
+    let out = dir.path().join("killed");
+    let mut child = Command::new(wrapper[0])
+        .args(&wrapper[1..])
+        .arg(env!("CARGO_BIN_EXE_soak"))
+        .arg("run")
+        .arg(&suite)
+        .arg("--out")
+        .arg(&out)
+        .args(["--docker-host", &host])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let events = wait_for_file(&out, "events.jsonl", |e| {
+        std::fs::read_to_string(e)
+            .unwrap()
+            .contains("\"kind\":\"ready\"")
+    });
+    let id = run_id(events.parent().unwrap().parent().unwrap().parent().unwrap());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !ssh.clients(&remote).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ssh outlived soak: {}",
+            ssh.clients(&remote)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let on_remote = |id: &str| {
+        remote
+            .docker(&["ps", "-aq", "--filter", &format!("label=soak.run={id}")])
+            .stdout
+    };
+    assert!(!on_remote(&id).is_empty(), "the container went with soak");
+    let cleaned = Command::new(wrapper[0])
+        .args(&wrapper[1..])
+        .arg(env!("CARGO_BIN_EXE_soak"))
+        .args(["cleanup", "--run", &id, "--docker-host", &host])
         .output()
         .unwrap();
-    assert!(
-        ssh_left.stdout.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&ssh_left.stdout)
-    );
+    let text = String::from_utf8_lossy(&cleaned.stdout);
+    assert!(text.contains("removed container soak-"), "{text}");
+    assert!(on_remote(&id).is_empty(), "{text}");
+    assert_eq!(ssh.clients(&remote), "");
 }
 
 /// The remote engine goes away in the middle of a run: the cell ends with
