@@ -867,6 +867,12 @@ fn a_container_is_paused_and_its_limit_changed_live_through_the_engine() {
             .contains(&format!("HostConfig.Memory read back: {}", 192u64 << 20)),
         "{limit:?}"
     );
+    assert!(
+        limit
+            .outcome
+            .contains(&format!("the container's cgroup reads {}", 192u64 << 20)),
+        "{limit:?}"
+    );
 }
 
 /// The same over TLS, as a remote engine is exposed in practice

@@ -494,8 +494,17 @@ impl Node for ContainerNode {
             .map_err(api)?
             .host_config
             .and_then(|h| h.memory);
+        // On a local engine the kernel's own figure too: the container's
+        // cgroup (memory.max on v2, memory.limit_in_bytes on v1).
+        let kernel = match (self.engine.info.local, self.pid()) {
+            (true, Some(pid)) => crate::driver::cgroup::Cgroup::of_pid(pid)
+                .and_then(|c| c.memory_limit())
+                .map(|k| format!("; the container's cgroup reads {k}"))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
         match now {
-            Some(n) if n == bytes as i64 => Ok(format!("HostConfig.Memory read back: {n}")),
+            Some(n) if n == bytes as i64 => Ok(format!("HostConfig.Memory read back: {n}{kernel}")),
             now => Err(DriverError::Io(format!(
                 "the memory limit was set to {bytes} bytes, and the engine reads {now:?}"
             ))),
