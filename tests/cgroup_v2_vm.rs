@@ -101,6 +101,52 @@ phases:
   - run: 30m
 "#;
 
+/// soak-node as a container on the systemd machine's engine (systemd's
+/// cgroup driver, as on most CI runners): its memory read from the
+/// container's v2 cgroup, a kill through the engine, a live limit through
+/// its update.
+const CONTAINER_SUITE: &str = r#"
+name: vm-container
+description: soak-node as a container under a limit the engine sets on cgroup v2.
+node:
+  image: soak-node:local
+  command: ["soak-node", "--data-dir", "${DATA_DIR}", "--port", "${PORT}",
+            "--block-cache", "8MiB", "--write-buffer-size", "4MiB"]
+  ready: { resp: "127.0.0.1:${PORT}", timeout: 180s }
+limits: { memory: 256MiB, swap: 0B }
+workload:
+  resp: { target: "127.0.0.1:${PORT}" }
+  keys: 500
+  value_size: 100B
+  mix: { set: 0.6, get: 0.4 }
+  rate: 100/s
+  connections: 2
+  timeout: 20s
+phases:
+  - run: 3s
+  - kill: SIGKILL
+  - start
+  - verify
+  - limit: 192MiB
+  - run: 2s
+  - verify
+checks: { lost_writes: 0, corrupted_writes: 0, oom_kills: 0 }
+"#;
+
+/// A container that outgrows the limit the engine set: the kernel kills
+/// it, the engine says `OOMKilled`, soak restarts it.
+const CONTAINER_OOM_SUITE: &str = r#"
+name: vm-container-oom
+description: a container that outgrows its limit on cgroup v2.
+node:
+  image: soak-node:local
+  command: ["busybox", "sh", "-c", "sleep 1; exec busybox dd if=/dev/zero of=/dev/null bs=64M count=1000000"]
+  ready: { exec: ["true"], timeout: 180s }
+limits: { memory: 32MiB, swap: 0B }
+phases:
+  - wait: 20s
+"#;
+
 /// What both machines' cases share: `SOAKVM KEY CASE TEXT` lines, and
 /// `case_run NAME LAUNCHER`: the three suites and a SIGKILL of soak.
 const LIB: &str = r#"
@@ -236,6 +282,29 @@ setpriv --reuid=1000 --regid=1000 --clear-groups soak run /suites/vm-kill.yaml -
 say exit su $?
 say left su "$(soak_cgroups)|$(soak_procs)|$(ls /tmp/su)"
 sed "s|^|SOAKVM log su |" /tmp/su.log
+# Container cells on this host's engine (dockerd as the docker.service the
+# package installs). The image: soak (answering to soak-node), the
+# libraries it links, and a static busybox.
+n=0
+until docker info > /dev/null 2>&1; do sleep 1; n=$((n+1)); [ $n -gt 300 ] && break; done
+say engine x "$(docker info --format '{{.ServerVersion}} {{.CgroupDriver}} cgroup v{{.CgroupVersion}}' 2>&1 | tr '\n' ' ')"
+mkdir -p /img/usr/local/bin /img/bin /img/tmp
+cp /usr/local/bin/soak /img/usr/local/bin/soak
+ln -s soak /img/usr/local/bin/soak-node
+cp /usr/local/lib/soak-image/busybox /img/bin/busybox
+for l in $(ldd /usr/local/bin/soak | grep -o '/[^ ]*'); do mkdir -p /img$(dirname $l); cp $l /img$l; done
+tar -C /img -c . | docker import - soak-node:local > /tmp/docker-import.log 2>&1
+say exit docker-import $?
+soak run /suites/vm-container.yaml --out /tmp/dk > /tmp/docker-kill.log 2>&1
+say exit docker-kill $?
+say summary docker-kill "$(summary /tmp/dk)"
+say left docker-kill "$(docker ps -aq | tr '\n' ' ')|$(soak_procs)"
+soak run /suites/vm-container-oom.yaml --out /tmp/do > /tmp/docker-oom.log 2>&1
+say exit docker-oom $?
+say summary docker-oom "$(summary /tmp/do)"
+say left docker-oom "$(docker ps -aq | tr '\n' ' ')|$(soak_procs)"
+for f in /tmp/docker-*.log; do sed "s|^|SOAKVM log docker |" $f; done
+journalctl -u docker --no-pager 2>&1 | tail -20 | sed "s|^|SOAKVM log docker |"
 kill $holder
 say done x ok
 echo o > /proc/sysrq-trigger
@@ -426,6 +495,26 @@ fn overlay(root: &Path, machine: Machine) {
             )
             .unwrap();
             std::fs::write(root.join("cases/job"), SYSTEMD_JOB).unwrap();
+            // The engine as a CI runner's: started by systemd, its
+            // cgroups made through systemd. No bridge or iptables (no
+            // modules in this machine), the vfs driver, and no
+            // pivot_root: the machine's root is the initramfs.
+            std::fs::create_dir_all(root.join("etc/docker")).unwrap();
+            std::fs::write(
+                root.join("etc/docker/daemon.json"),
+                r#"{"iptables": false, "bridge": "none", "storage-driver": "vfs"}"#,
+            )
+            .unwrap();
+            let dropin = units.join("docker.service.d");
+            std::fs::create_dir_all(&dropin).unwrap();
+            std::fs::write(
+                dropin.join("vm.conf"),
+                "[Service]\nEnvironment=DOCKER_RAMDISK=true\n",
+            )
+            .unwrap();
+            let image = root.join("usr/local/lib/soak-image");
+            std::fs::create_dir_all(&image).unwrap();
+            std::fs::copy("/bin/busybox", image.join("busybox")).unwrap();
         }
     }
     std::fs::write(root.join("cases/lib.sh"), LIB).unwrap();
@@ -433,6 +522,8 @@ fn overlay(root: &Path, machine: Machine) {
         ("vm-kill.yaml", KILL_SUITE),
         ("vm-oom.yaml", OOM_SUITE),
         ("vm-long.yaml", LONG_SUITE),
+        ("vm-container.yaml", CONTAINER_SUITE),
+        ("vm-container-oom.yaml", CONTAINER_OOM_SUITE),
     ] {
         std::fs::write(root.join("suites").join(name), text).unwrap();
     }
@@ -457,7 +548,16 @@ fn boot(machine: Machine) -> VmRun {
     // A suite soak refuses would only show as a timeout in the VM.
     let check = Command::new(env!("CARGO_BIN_EXE_soak"))
         .arg("validate")
-        .args(["vm-kill.yaml", "vm-oom.yaml", "vm-long.yaml"].map(|f| root.join("suites").join(f)))
+        .args(
+            [
+                "vm-kill.yaml",
+                "vm-oom.yaml",
+                "vm-long.yaml",
+                "vm-container.yaml",
+                "vm-container-oom.yaml",
+            ]
+            .map(|f| root.join("suites").join(f)),
+        )
         .output()
         .unwrap();
     assert!(
@@ -487,13 +587,18 @@ fn boot(machine: Machine) -> VmRun {
     };
     let console_file = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cgroup-v2-{name}.log"));
     let console_out = std::fs::File::create(&console_file).unwrap();
+    // The systemd machine's root (with Docker) is unpacked into memory.
+    let memory = match machine {
+        Machine::Busybox => "2048",
+        Machine::Systemd => "3072",
+    };
     let status = Command::new("timeout")
         .args(["1200", "qemu-system-x86_64", "-accel", "tcg", "-cpu", "max"])
         .args([
             "-smp",
             "2",
             "-m",
-            "2048",
+            memory,
             "-nographic",
             "-no-reboot",
             "-kernel",
@@ -801,4 +906,46 @@ fn from_a_systemd_service_through_a_delegated_scope() {
         "{cg:?}"
     );
     assert!(cg.placement.contains("transient scope"), "{cg:?}");
+}
+
+/// Container cells on a cgroup v2 host whose engine makes its cgroups
+/// through systemd (as most CI runners' engines do): the node's memory is
+/// read from the container's v2 cgroup and its processes, the engine's
+/// OOM kill is counted as the kernel's, and no container is left.
+#[test]
+fn container_cells_on_a_cgroup_v2_host_with_systemds_cgroup_driver() {
+    let vm = systemd_vm();
+    let log = vm.log("docker");
+    let engine = vm.get("engine", "x");
+    assert!(engine.contains("systemd cgroup v2"), "{engine}\n{log}");
+    assert_eq!(vm.exit("docker-import"), 0, "{log}");
+    assert_eq!(vm.exit("docker-kill"), 0, "{log}");
+    let s = vm.summary("docker-kill");
+    let c = &s.cells[0];
+    assert_eq!(c.verdict, Verdict::Pass, "{c:?}");
+    assert_eq!(c.integrity.lost, 0);
+    assert!(c.integrity.verified > 0, "{c:?}");
+    assert_eq!(c.restarts[0].reason, Cause::Kill);
+    let e = c.engine.as_ref().unwrap();
+    assert!(e.local && e.cgroup_version == "2", "{e:?}");
+    assert!(c.memory.peak_cgroup_bytes > 1 << 20, "{:?}", c.memory);
+    assert!(c.memory.peak_rss_bytes > 1 << 20, "{:?}", c.memory);
+    let limit = c
+        .phases
+        .iter()
+        .find(|p| p.phase.starts_with("limit"))
+        .unwrap();
+    assert!(
+        limit
+            .outcome
+            .contains(&format!("the container's cgroup reads {}", 192u64 << 20)),
+        "{limit:?}"
+    );
+    vm.left_nothing("docker-kill");
+    let s = vm.summary("docker-oom");
+    let c = &s.cells[0];
+    assert!(c.memory.oom_kills >= 1, "{c:?}\n{log}");
+    assert!(!c.restarts.is_empty(), "{c:?}");
+    assert!(c.restarts.iter().all(|r| r.reason == Cause::Oom), "{c:?}");
+    vm.left_nothing("docker-oom");
 }

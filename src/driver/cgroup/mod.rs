@@ -458,6 +458,51 @@ impl Cgroup {
         })
     }
 
+    /// Follows the kernel's count of OOM kills in this cgroup until the
+    /// cgroup goes away (v2: `memory.events`, whose changes the kernel
+    /// announces to poll(2)). For a container, whose engine may miss an
+    /// OOM kill on cgroup v2 (the kill and the exit race in the engine),
+    /// and whose cgroup is gone soon after it ends. `None` on v1.
+    pub fn watch_oom_kills(&self) -> Option<OomWatch> {
+        if self.version != Version::V2 {
+            return None;
+        }
+        let file = fs::File::open(self.path.join("memory.events")).ok()?;
+        let kills = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (done_tx, done) = tokio::sync::oneshot::channel();
+        let (k, st) = (kills.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("soak-oom-watch".into())
+            .spawn(move || {
+                use std::os::unix::fs::FileExt;
+                use std::sync::atomic::Ordering::Relaxed;
+                let mut buf = [0u8; 1024];
+                while !st.load(Relaxed) {
+                    // A removed cgroup's file no longer reads.
+                    let Ok(n) = file.read_at(&mut buf, 0) else {
+                        break;
+                    };
+                    let text = String::from_utf8_lossy(&buf[..n]);
+                    if let Some(v) = flat_keyed(&text, "oom_kill") {
+                        k.fetch_max(v, Relaxed);
+                    }
+                    let mut fds = [nix::poll::PollFd::new(
+                        std::os::fd::AsFd::as_fd(&file),
+                        nix::poll::PollFlags::POLLPRI,
+                    )];
+                    // Woken by a change or the cgroup's removal; the
+                    // timeout only rechecks `stop`.
+                    if nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(1000u16)).is_err() {
+                        break;
+                    }
+                }
+                let _ = done_tx.send(());
+            })
+            .ok()?;
+        Some(OomWatch { kills, stop, done })
+    }
+
     /// A handle for reading the same cgroup that never removes it, for
     /// samplers that run beside the owner.
     pub fn view(&self) -> Cgroup {
@@ -487,6 +532,37 @@ impl Drop for Cgroup {
 }
 
 /// The processes listed in a cgroup's `cgroup.procs`.
+/// The kernel's OOM kills in a cgroup, followed as they happen
+/// ([`Cgroup::watch_oom_kills`]).
+pub struct OomWatch {
+    kills: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    done: tokio::sync::oneshot::Receiver<()>,
+}
+
+impl OomWatch {
+    /// The kills counted once the cgroup is gone (its processes ended and
+    /// its owner removed it), or after `limit` if it stays.
+    pub async fn final_count(mut self, limit: std::time::Duration) -> u64 {
+        let _ = tokio::time::timeout(limit, &mut self.done).await;
+        self.kills.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for OomWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// `KEY VALUE` of a flat-keyed cgroup file such as `memory.events`.
+fn flat_keyed(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
 pub fn procs_of(path: &Path) -> Vec<i32> {
     fs::read_to_string(path.join("cgroup.procs"))
         .unwrap_or_default()

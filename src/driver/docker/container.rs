@@ -208,8 +208,6 @@ impl ContainerNode {
         if let Some(m) = &self.memory {
             tokio::spawn(follow_stats(docker.clone(), id.clone(), m.clone()));
         }
-        let (tx, ended) = watch::channel(None);
-        tokio::spawn(watch_end(docker.clone(), id.clone(), tx));
         let pid = docker
             .inspect_container(&id, None::<InspectContainerOptions>)
             .await
@@ -217,6 +215,15 @@ impl ContainerNode {
             .state
             .and_then(|s| s.pid)
             .unwrap_or(0) as i32;
+        // On a local engine the kernel's own count of OOM kills, followed
+        // from here: the engine's `OOMKilled` is missed on cgroup v2 when
+        // the kill and the exit race in it.
+        let oom_watch = (self.engine.info.local && pid > 0)
+            .then(|| crate::driver::cgroup::Cgroup::of_pid(pid))
+            .flatten()
+            .and_then(|c| c.watch_oom_kills());
+        let (tx, ended) = watch::channel(None);
+        tokio::spawn(watch_end(docker.clone(), id.clone(), oom_watch, tx));
         Ok(Incarnation {
             id,
             pid,
@@ -307,8 +314,14 @@ async fn follow_stats(docker: bollard::Docker, id: String, m: Arc<EngineMemory>)
     }
 }
 
-/// Publishes the container's end: the engine's wait, then its state.
-async fn watch_end(docker: bollard::Docker, id: String, tx: watch::Sender<Option<Ended>>) {
+/// Publishes the container's end: the engine's wait, then its state, and
+/// on a local engine the kernel's count of OOM kills in its cgroup.
+async fn watch_end(
+    docker: bollard::Docker,
+    id: String,
+    oom_watch: Option<crate::driver::cgroup::OomWatch>,
+    tx: watch::Sender<Option<Ended>>,
+) {
     let mut wait = docker.wait_container(&id, None::<WaitContainerOptions>);
     // Any answer (bollard returns a non-zero exit as an error) or the end
     // of the stream means the container is no longer running.
@@ -318,10 +331,17 @@ async fn watch_end(docker: bollard::Docker, id: String, tx: watch::Sender<Option
         .await
         .ok()
         .and_then(|i| i.state);
+    let engine_says_oom = state.as_ref().and_then(|s| s.oom_killed).unwrap_or(false);
+    // The engine removes the cgroup right after the end: its count is
+    // final then.
+    let kernel_says_oom = match oom_watch {
+        Some(w) if !engine_says_oom => w.final_count(Duration::from_secs(10)).await > 0,
+        _ => false,
+    };
     let ended = match state {
         Some(s) => Ended {
             exit: exit_of(s.exit_code.unwrap_or(-1)),
-            oom: s.oom_killed.unwrap_or(false),
+            oom: engine_says_oom || kernel_says_oom,
             lost: false,
         },
         // The engine went away (or the container was removed under it).
