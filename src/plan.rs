@@ -113,6 +113,12 @@ pub struct CellPlan {
     pub seed: u64,
     pub scale: f64,
     pub readback_after_restart: bool,
+    /// The suite's checks with the cell's expectations in place of those
+    /// they name: what the cell is judged by.
+    pub checks: crate::suite::Checks,
+    /// What the cell was expected to show (`expect:`), to say in the
+    /// report whether the story it tells came true.
+    pub expect: Option<crate::suite::Checks>,
 }
 
 /// A cell that cannot be planned.
@@ -426,6 +432,11 @@ pub fn resolve(
             .workload
             .as_ref()
             .is_none_or(|w| w.readback_after_restart),
+        checks: match &def.expect {
+            Some(e) => suite.checks.overlaid(e),
+            None => suite.checks.clone(),
+        },
+        expect: def.expect.clone(),
         dir,
         data_dir,
         vars,

@@ -22,7 +22,8 @@ use crate::engine::record::Recorder;
 use crate::engine::{Cell, CellError, Context};
 use crate::exit;
 use crate::model::{
-    CellResult, CgroupSummary, Integrity, MemorySummary, ScrapeSummary, Stop, Summary, Verdict,
+    CellResult, CgroupSummary, CheckResult, Expectation, Integrity, MemorySummary, ScrapeSummary,
+    Stop, Summary, Verdict,
 };
 use crate::plan::{self, CellPlan, PlanError, RunContext};
 use crate::progress::Progress;
@@ -566,7 +567,7 @@ async fn run_cell(
         oom_kills,
         engine,
     };
-    Ok(assemble(suite, plan, outcome.err(), &mut bus, measured))
+    Ok(assemble(plan, outcome.err(), &mut bus, measured))
 }
 
 /// What the cell measured besides its records.
@@ -619,10 +620,57 @@ fn memory_summary(plan: &CellPlan, m: &CellMeasures) -> MemorySummary {
     }
 }
 
+/// Whether a cell showed what its `expect:` said, from its checks' results.
+fn expectation(expect: &crate::suite::Checks, results: &[CheckResult]) -> Expectation {
+    let names = expect.names();
+    let expected: Vec<&CheckResult> = results
+        .iter()
+        .filter(|r| {
+            names
+                .iter()
+                .any(|n| r.name == *n || r.name.starts_with(&format!("{n} (")))
+        })
+        .collect();
+    let text = |v: &serde_json::Value, unit: &str| match (v, unit) {
+        (serde_json::Value::String(s), _) => s.clone(),
+        (serde_json::Value::Number(n), "bytes") => {
+            crate::units::Bytes(n.as_u64().unwrap_or(0)).to_string()
+        }
+        (v, _) => v.to_string(),
+    };
+    Expectation {
+        checks: expected
+            .iter()
+            .map(|r| {
+                let detail = r
+                    .detail
+                    .as_ref()
+                    .map(|d| format!(", {d}"))
+                    .unwrap_or_default();
+                format!(
+                    "{}: {} (limit {}{detail})",
+                    r.name,
+                    text(&r.value, &r.unit),
+                    text(&r.limit, &r.unit)
+                )
+            })
+            .collect(),
+        incident: [
+            expect.oom_kills,
+            expect.crashes,
+            expect.lost_writes,
+            expect.corrupted_writes,
+        ]
+        .iter()
+        .flatten()
+        .any(|c| c.min.is_some_and(|m| m >= 1)),
+        met: expected.iter().all(|r| r.verdict == Verdict::Pass),
+    }
+}
+
 /// The cell's result: its records, what it measured, its checks and its
 /// verdict.
 fn assemble(
-    suite: &Suite,
     plan: &CellPlan,
     error: Option<CellError>,
     bus: &mut Bus,
@@ -646,7 +694,7 @@ fn assemble(
         integrity.resurrected += l.resurrected_reads;
     }
     let checks = checks::evaluate(
-        &suite.checks,
+        &plan.checks,
         &Measured {
             integrity: &integrity,
             memory: &memory,
@@ -655,9 +703,11 @@ fn assemble(
             latency_us: m.load.as_ref().map(|l| &l.latency_us),
             execs: &rec.execs,
             phases: &rec.phases,
+            memory_limit: plan.limits.memory,
         },
     );
     let verdict = checks::cell_verdict(error.is_some(), &checks);
+    let expectation = plan.expect.as_ref().map(|e| expectation(e, &checks));
     bus.emit(Event::Verdict { verdict });
     let rel = &plan.rel_dir;
     let mut files: BTreeMap<String, String> = ["node.log", "samples.csv", "events.jsonl"]
@@ -691,6 +741,7 @@ fn assemble(
         offline: rec.offline,
         cgroup: m.cgroup,
         engine: m.engine,
+        expectation,
     };
     (result, chart)
 }

@@ -100,6 +100,73 @@ fn a_node_that_outgrows_its_limit_is_oom_killed_and_restarted() {
     assert_eq!(check(&run, "oom_kills").verdict, Verdict::Fail);
 }
 
+/// A reproduction suite: the incident is expected in one cell (`expect:
+/// { oom_kills: ">= 1" }`) and not in the cell with the fix, and the suite
+/// passes when both come true. The same suite expecting the incident where
+/// the fix is fails that cell, and the report says it was not reproduced.
+#[test]
+fn a_reproduction_suite_passes_when_the_incident_shows_where_expected() {
+    require_tool("redis-server", "redis-server");
+    let run = soak_run("tests/suites/reproduce-oom.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let cells = &run.summary().cells;
+    let incident = cells
+        .iter()
+        .find(|c| c.id == "maxmemory=unbounded")
+        .unwrap();
+    let e = incident.expectation.as_ref().unwrap();
+    assert!(e.incident && e.met && e.reproduced(), "{e:?}");
+    assert!(incident.memory.oom_kills >= 1);
+    assert_eq!(check_of(incident, "oom_kills").verdict, Verdict::Pass);
+    let fixed = cells.iter().find(|c| c.id == "maxmemory=16mb").unwrap();
+    let e = fixed.expectation.as_ref().unwrap();
+    assert!(!e.incident && e.met && !e.reproduced(), "{e:?}");
+    assert_eq!(fixed.memory.oom_kills, 0);
+    // The suite's own `oom_kills: 0` still applies where nothing overrides it.
+    assert_eq!(check_of(fixed, "oom_kills").verdict, Verdict::Pass);
+    let report =
+        std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+    assert!(
+        report.contains("| `maxmemory=unbounded` | oom_kills: "),
+        "{report}"
+    );
+    assert!(report.contains("reproduced, as expected"), "{report}");
+    assert!(
+        report.contains("not reproduced, as expected (the fix holds)"),
+        "{report}"
+    );
+
+    // Expecting the incident where the fix is: that cell fails.
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(common::soak::suite("tests/suites/reproduce-oom.yaml"))
+        .unwrap()
+        .replace(
+            "expect: { peak_memory: { max: 85%, series: rss } }",
+            "expect: { oom_kills: \">= 1\" }",
+        );
+    let wrong = dir.path().join("wrong.yaml");
+    std::fs::write(&wrong, text).unwrap();
+    let run = soak_run(wrong.to_str().unwrap(), &["--only", "maxmemory=16mb"]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let c = run.cell();
+    let e = c.expectation.as_ref().unwrap();
+    assert!(e.incident && !e.met && !e.reproduced(), "{e:?}");
+    assert_eq!(c.verdict, Verdict::Fail);
+    let report =
+        std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+    assert!(
+        report.contains("**not reproduced** (the suite expected it here)"),
+        "{report}"
+    );
+}
+
+fn check_of<'a>(c: &'a soak::model::CellResult, name: &str) -> &'a CheckResult {
+    c.checks
+        .iter()
+        .find(|k| k.name == name)
+        .unwrap_or_else(|| panic!("no check {name}: {:?}", c.checks))
+}
+
 fn check<'a>(run: &'a Run, name: &str) -> &'a CheckResult {
     let checks = &run.cell().checks;
     checks

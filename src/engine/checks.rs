@@ -26,6 +26,8 @@ pub struct Measured<'a> {
     pub latency_us: Option<&'a Histogram<u64>>,
     pub execs: &'a [ExecResult],
     pub phases: &'a [PhaseRecord],
+    /// The cell's memory limit, which a share (`85%`) is of.
+    pub memory_limit: Option<u64>,
 }
 
 /// Every check of the suite against what the cell measured.
@@ -49,7 +51,9 @@ pub fn evaluate(c: &Checks, m: &Measured) -> Vec<CheckResult> {
         count("oom_kills", c.oom_kills, m.memory.oom_kills),
         count("crashes", c.crashes, crashes as u64),
         c.memory_growth.as_ref().map(|g| growth(g, m.memory)),
-        c.peak_memory.as_ref().map(|p| peak(p, m.memory)),
+        c.peak_memory
+            .as_ref()
+            .and_then(|p| peak(p, m.memory, m.memory_limit)),
         c.disk
             .as_ref()
             .and_then(|d| disk(d, m.memory.peak_disk_bytes)),
@@ -95,9 +99,13 @@ fn count(name: &str, c: Option<CountCheck>, value: u64) -> Option<CheckResult> {
     let c = c?;
     Some(CheckResult {
         name: name.into(),
-        verdict: verdict_of(value <= c.max, c.severity),
+        verdict: verdict_of(c.holds(value), c.severity),
         value: value.into(),
-        limit: c.max.into(),
+        // A plain most-allowed stays a number in summary.json.
+        limit: match (c.min, c.max) {
+            (None, Some(max)) => max.into(),
+            _ => c.describe().into(),
+        },
         detail: None,
         unit: "count".into(),
     })
@@ -153,16 +161,24 @@ fn growth(g: &GrowthCheck, m: &MemorySummary) -> CheckResult {
     }
 }
 
-fn peak(p: &PeakCheck, m: &MemorySummary) -> CheckResult {
+fn peak(p: &PeakCheck, m: &MemorySummary, limit: Option<u64>) -> Option<CheckResult> {
     let (_, peak) = series(m, p.series);
-    CheckResult {
+    let max = p.max.bytes(limit)?;
+    Some(CheckResult {
         name: format!("peak_memory ({})", series_name(p.series)),
-        verdict: verdict_of(peak <= p.max.0, p.severity),
+        verdict: verdict_of(peak <= max, p.severity),
         value: peak.into(),
-        limit: p.max.0.into(),
-        detail: None,
+        limit: max.into(),
+        detail: match p.max {
+            crate::suite::values::Bound::OfLimit(f) => Some(format!(
+                "{:.0}% of the {} limit",
+                f * 100.0,
+                crate::units::Bytes(limit.unwrap_or(0))
+            )),
+            crate::suite::values::Bound::Bytes(_) => None,
+        },
         unit: "bytes".into(),
-    }
+    })
 }
 
 fn disk(d: &DiskCheck, peak: u64) -> Option<CheckResult> {
@@ -299,6 +315,7 @@ mod tests {
             latency_us: None,
             execs: &[],
             phases: &[],
+            memory_limit: None,
         }
     }
 

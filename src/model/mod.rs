@@ -180,6 +180,10 @@ pub struct CellResult {
     /// The Docker engine the node's containers ran on (none: a process).
     #[serde(default)]
     pub engine: Option<EngineInfo>,
+    /// What the suite expected this cell to show (`expect:`), and whether
+    /// it did.
+    #[serde(default)]
+    pub expectation: Option<Expectation>,
 }
 
 /// A Docker engine, as the report names it.
@@ -199,6 +203,38 @@ pub struct EngineInfo {
     /// Whether the engine runs on this machine (its containers' cgroups
     /// and processes are read here).
     pub local: bool,
+}
+
+/// A cell's expected outcome: a reproduction cell expects the incident (a
+/// count of at least one, e.g. `oom_kills: ">= 1"`), a fix cell expects it
+/// not to happen.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct Expectation {
+    /// The expected checks, as measured against their limits
+    /// (`oom_kills: 4 (>= 1)`).
+    pub checks: Vec<String>,
+    /// Whether the cell was to show the incident.
+    pub incident: bool,
+    /// Whether every expected check held.
+    pub met: bool,
+}
+
+impl Expectation {
+    /// Whether the incident happened in this cell.
+    pub fn reproduced(&self) -> bool {
+        self.incident == self.met
+    }
+
+    /// `reproduced, as expected`, `**not reproduced**, ...`.
+    pub fn outcome(&self) -> &'static str {
+        match (self.incident, self.met) {
+            (true, true) => "reproduced, as expected",
+            (true, false) => "**not reproduced** (the suite expected it here)",
+            (false, true) => "not reproduced, as expected (the fix holds)",
+            (false, false) => "**reproduced** (the suite expected the fix to hold)",
+        }
+    }
 }
 
 impl CellResult {

@@ -36,6 +36,7 @@ fn value_text(v: &serde_json::Value, unit: &str) -> String {
         (serde_json::Value::Number(n), "bytes") => {
             Bytes(n.as_f64().unwrap_or(0.0) as u64).to_string()
         }
+        (serde_json::Value::String(s), _) => s.clone(),
         (v, _) => v.to_string(),
     }
 }
@@ -105,12 +106,38 @@ pub fn write(
         )?;
     }
     writeln!(w)?;
+    expectations(w, s)?;
     glance(w, s)?;
     load_glance(w, s)?;
     for c in &s.cells {
         cell(w, c, charts.get(&c.id).map(Vec::as_slice).unwrap_or(&[]))?;
     }
     Ok(())
+}
+
+/// Per cell, what the suite expected it to show and whether it did: a
+/// reproduction suite tells its story here.
+fn expectations(w: &mut impl Write, s: &Summary) -> io::Result<()> {
+    if s.cells.iter().all(|c| c.expectation.is_none()) {
+        return Ok(());
+    }
+    writeln!(w, "**Expected outcomes:**\n")?;
+    writeln!(
+        w,
+        "| cell | expected (measured, limit) | outcome |\n|---|---|---|"
+    )?;
+    for c in &s.cells {
+        if let Some(e) = &c.expectation {
+            writeln!(
+                w,
+                "| `{}` | {} | {} |",
+                c.id,
+                table_text(&e.checks.join("; ")),
+                e.outcome()
+            )?;
+        }
+    }
+    writeln!(w)
 }
 
 /// One latency figure of a load, in milliseconds, or "n/a".

@@ -6,7 +6,7 @@ use std::fmt;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
-use super::values::{Count, Dur, GrowthRate, Rate, Size};
+use super::values::{Bound, Count, Dur, GrowthRate, Rate, Size};
 use super::{Phase, Suite};
 
 /// What a check does when its limit is exceeded.
@@ -20,11 +20,63 @@ pub enum Severity {
     Warn,
 }
 
-/// A count limit: `lost_writes: 0` or `lost_writes: { max: 0, severity: warn }`.
-#[derive(Debug, Clone, Copy, Serialize)]
+/// A count limit: `lost_writes: 0`, `oom_kills: ">= 1"` (an incident a
+/// reproduction must show), `"<= 3"`, or `{ max: 0, min: 0, severity: warn }`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct CountCheck {
-    pub max: u64,
+    pub max: Option<u64>,
+    pub min: Option<u64>,
     pub severity: Severity,
+}
+
+impl CountCheck {
+    pub fn at_most(max: u64) -> CountCheck {
+        CountCheck {
+            max: Some(max),
+            min: None,
+            severity: Severity::Fail,
+        }
+    }
+
+    pub fn holds(&self, value: u64) -> bool {
+        self.max.is_none_or(|m| value <= m) && self.min.is_none_or(|m| value >= m)
+    }
+
+    /// `0`, `>= 1`, `1..3`, as the report writes the limit.
+    pub fn describe(&self) -> String {
+        match (self.min, self.max) {
+            (Some(lo), Some(hi)) if lo == hi => format!("{lo}"),
+            (Some(lo), Some(hi)) => format!("{lo}..{hi}"),
+            (Some(lo), None) => format!(">= {lo}"),
+            (None, Some(hi)) => format!("{hi}"),
+            (None, None) => "any".into(),
+        }
+    }
+
+    /// `3`, `<= 3`, `< 4`, `>= 1`, `> 0`, `== 2`.
+    fn parse(text: &str) -> Result<CountCheck, String> {
+        let t: String = text.chars().filter(|c| *c != '_' && *c != ' ').collect();
+        let (op, n) = ["<=", ">=", "==", "<", ">", "="]
+            .iter()
+            .find_map(|op| t.strip_prefix(op).map(|n| (*op, n)))
+            .unwrap_or(("<=", t.as_str()));
+        let n: u64 = n.parse().map_err(|_| {
+            format!("{text:?} is not a count limit: write a number (the most allowed), or \">= 1\", \"<= 3\"")
+        })?;
+        let (min, max) = match op {
+            "<=" => (None, Some(n)),
+            "<" if n == 0 => return Err(format!("{text:?}: no count is below 0")),
+            "<" => (None, Some(n - 1)),
+            ">=" => (Some(n), None),
+            ">" => (Some(n + 1), None),
+            _ => (Some(n), Some(n)),
+        };
+        Ok(CountCheck {
+            max,
+            min,
+            severity: Severity::Fail,
+        })
+    }
 }
 
 impl<'de> Deserialize<'de> for CountCheck {
@@ -32,7 +84,8 @@ impl<'de> Deserialize<'de> for CountCheck {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Full {
-            max: Count,
+            max: Option<Count>,
+            min: Option<Count>,
             #[serde(default)]
             severity: Severity,
         }
@@ -40,35 +93,27 @@ impl<'de> Deserialize<'de> for CountCheck {
         impl<'de> Visitor<'de> for V {
             type Value = CountCheck;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a limit such as 0, or { max: 0, severity: warn }")
+                f.write_str("a limit such as 0 or \">= 1\", or { max: 0, severity: warn }")
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<CountCheck, E> {
-                Ok(CountCheck {
-                    max: v,
-                    severity: Severity::Fail,
-                })
+                Ok(CountCheck::at_most(v))
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<CountCheck, E> {
                 u64::try_from(v)
-                    .map(|max| CountCheck {
-                        max,
-                        severity: Severity::Fail,
-                    })
+                    .map(CountCheck::at_most)
                     .map_err(|_| E::custom("a limit cannot be negative"))
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<CountCheck, E> {
-                let n: String = v.chars().filter(|c| *c != '_').collect();
-                n.parse()
-                    .map(|max| CountCheck {
-                        max,
-                        severity: Severity::Fail,
-                    })
-                    .map_err(|_| E::custom(format!("{v:?} is not a whole number")))
+                CountCheck::parse(v).map_err(E::custom)
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<CountCheck, A::Error> {
                 let f = Full::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                if f.max.is_none() && f.min.is_none() {
+                    return Err(de::Error::custom("give `max`, `min` or both"));
+                }
                 Ok(CountCheck {
-                    max: f.max.0,
+                    max: f.max.map(|c| c.0),
+                    min: f.min.map(|c| c.0),
                     severity: f.severity,
                 })
             }
@@ -94,7 +139,7 @@ pub enum Series {
     Cgroup,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrowthCheck {
     /// The largest acceptable slope, e.g. `20MiB/h`.
@@ -112,11 +157,12 @@ fn default_warmup() -> Dur {
     Dur(std::time::Duration::from_secs(10))
 }
 
-/// `peak_memory: { max: 512MiB, series: cgroup }`
-#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+/// `peak_memory: { max: 512MiB, series: cgroup }`, or `max: 85%` of the
+/// cell's memory limit.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PeakCheck {
-    pub max: Size,
+    pub max: Bound,
     #[serde(default)]
     pub series: Series,
     #[serde(default)]
@@ -127,7 +173,7 @@ pub struct PeakCheck {
 /// `disk: { max_growth: 1.5 }`: its size at the end over its size at the
 /// end of the first phase that left data (an upgrade that doubles the
 /// database shows as 2.0).
-#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DiskCheck {
     pub max: Option<Size>,
@@ -137,7 +183,7 @@ pub struct DiskCheck {
 }
 
 /// `throughput: { min: 5000/s }`: acknowledged operations per second of load.
-#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ThroughputCheck {
     pub min: Rate,
@@ -146,7 +192,7 @@ pub struct ThroughputCheck {
 }
 
 /// `latency: { percentile: 99, max: 10ms }`, from scheduled start to reply.
-#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LatencyCheck {
     #[serde(default = "default_percentile")]
@@ -161,7 +207,7 @@ fn default_percentile() -> f64 {
 }
 
 /// `restart_time: { max: 10s }`: the slowest restart to ready.
-#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RestartTimeCheck {
     pub max: Dur,
@@ -169,7 +215,7 @@ pub struct RestartTimeCheck {
     pub severity: Severity,
 }
 
-#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Checks {
     pub lost_writes: Option<CountCheck>,
@@ -193,6 +239,53 @@ fn has_phase(phases: &[Phase], f: &dyn Fn(&Phase) -> bool) -> bool {
 }
 
 impl Checks {
+    /// These checks with `over`'s in place of those it names: a cell's
+    /// expectations over the suite's checks.
+    pub fn overlaid(&self, over: &Checks) -> Checks {
+        Checks {
+            lost_writes: over.lost_writes.or(self.lost_writes),
+            corrupted_writes: over.corrupted_writes.or(self.corrupted_writes),
+            oom_kills: over.oom_kills.or(self.oom_kills),
+            crashes: over.crashes.or(self.crashes),
+            memory_growth: over
+                .memory_growth
+                .clone()
+                .or_else(|| self.memory_growth.clone()),
+            peak_memory: over
+                .peak_memory
+                .clone()
+                .or_else(|| self.peak_memory.clone()),
+            disk: over.disk.clone().or_else(|| self.disk.clone()),
+            throughput: over.throughput.clone().or_else(|| self.throughput.clone()),
+            latency: over.latency.clone().or_else(|| self.latency.clone()),
+            restart_time: over
+                .restart_time
+                .clone()
+                .or_else(|| self.restart_time.clone()),
+        }
+    }
+
+    /// The names of the checks set here, as results name them (a result's
+    /// name may add the series: `peak_memory (rss)`).
+    pub fn names(&self) -> Vec<&'static str> {
+        [
+            ("lost_writes", self.lost_writes.is_some()),
+            ("corrupted_writes", self.corrupted_writes.is_some()),
+            ("oom_kills", self.oom_kills.is_some()),
+            ("crashes", self.crashes.is_some()),
+            ("memory_growth", self.memory_growth.is_some()),
+            ("peak_memory", self.peak_memory.is_some()),
+            ("disk", self.disk.is_some()),
+            ("throughput", self.throughput.is_some()),
+            ("latency", self.latency.is_some()),
+            ("restart_time", self.restart_time.is_some()),
+        ]
+        .into_iter()
+        .filter(|(_, set)| *set)
+        .map(|(n, _)| n)
+        .collect()
+    }
+
     /// Checks that cannot be measured by this suite.
     pub fn problems(&self, s: &Suite) -> Vec<(String, String)> {
         let mut out = vec![];
@@ -255,8 +348,14 @@ impl Checks {
             }
         }
         if let Some(p) = &self.peak_memory {
-            if let Some(limit) = s.limits.memory {
-                if p.max.0 > limit.0 {
+            if matches!(p.max, Bound::OfLimit(_)) && s.limits.memory.is_none() {
+                out.push((
+                    "checks.peak_memory.max".into(),
+                    "a share of the memory limit needs `limits: { memory: ... }`; or give a size such as 340MiB".into(),
+                ));
+            }
+            if let (Some(limit), Bound::Bytes(max)) = (s.limits.memory, p.max) {
+                if max > limit.0 {
                     out.push((
                         "checks.peak_memory.max".into(),
                         format!(

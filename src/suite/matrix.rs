@@ -8,6 +8,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
 use crate::suite::allocator::Profile;
+use crate::suite::Checks;
 
 /// RocksDB's compression names, checked wherever a parameter is called
 /// `compression` or ends in `_compression`.
@@ -16,27 +17,39 @@ pub const CODECS: [&str; 8] = [
 ];
 
 /// One value of an axis: its name, the fields that `${axis.field}` reads,
-/// and, on the `allocator` axis, the allocator profile.
+/// on the `allocator` axis the allocator profile, and what every cell with
+/// this value must show (`expect:`, checks in place of the suite's).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AxisValue {
     pub name: String,
     pub fields: BTreeMap<String, String>,
     pub allocator: Option<Profile>,
+    pub expect: Option<Checks>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Matrix {
     /// Axes in the order written.
     pub axes: Vec<(String, Vec<AxisValue>)>,
-    pub include: Vec<Vec<(String, AxisValue)>>,
+    pub include: Vec<Include>,
     pub exclude: Vec<BTreeMap<String, String>>,
 }
 
-/// One cell: an id and its parameters.
+/// An `include` entry: a cell to add, or, with `expect` and values that
+/// cells of the product already have, what those cells must show.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Include {
+    pub params: Vec<(String, AxisValue)>,
+    pub expect: Option<Checks>,
+}
+
+/// One cell: an id, its parameters, and what it is expected to show
+/// beyond the suite's checks.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CellDef {
     pub id: String,
     pub params: Vec<(String, AxisValue)>,
+    pub expect: Option<Checks>,
 }
 
 impl CellDef {
@@ -86,13 +99,39 @@ fn check_codec(field: &str, value: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn axis_value(axis: &str, v: serde_norway::Value) -> Result<AxisValue, String> {
+/// Takes `expect:` out of a map: checks, read as the suite's are.
+fn take_expect(v: &mut serde_norway::Value) -> Result<Option<Checks>, String> {
+    let serde_norway::Value::Mapping(m) = v else {
+        return Ok(None);
+    };
+    match m.remove("expect") {
+        None => Ok(None),
+        Some(e) => serde_path_to_error::deserialize(e).map(Some).map_err(|e| {
+            let path = e.path().to_string();
+            if path == "." || path.is_empty() {
+                format!("expect: {}", e.inner())
+            } else {
+                format!("expect.{path}: {}", e.inner())
+            }
+        }),
+    }
+}
+
+fn axis_value(axis: &str, mut v: serde_norway::Value) -> Result<AxisValue, String> {
+    let expect = take_expect(&mut v)?;
+    let mut value = plain_axis_value(axis, v)?;
+    value.expect = expect;
+    Ok(value)
+}
+
+fn plain_axis_value(axis: &str, v: serde_norway::Value) -> Result<AxisValue, String> {
     if axis == "allocator" {
         let p: Profile = serde_norway::from_value(v).map_err(|e| e.to_string())?;
         return Ok(AxisValue {
             name: p.name.clone(),
             fields: BTreeMap::new(),
             allocator: Some(p),
+            expect: None,
         });
     }
     if let Some(s) = scalar(&v) {
@@ -101,6 +140,7 @@ fn axis_value(axis: &str, v: serde_norway::Value) -> Result<AxisValue, String> {
             name: s,
             fields: BTreeMap::new(),
             allocator: None,
+            expect: None,
         });
     }
     let serde_norway::Value::Mapping(m) = v else {
@@ -126,6 +166,7 @@ fn axis_value(axis: &str, v: serde_norway::Value) -> Result<AxisValue, String> {
         name,
         fields,
         allocator: None,
+        expect: None,
     })
 }
 
@@ -144,18 +185,23 @@ impl<'de> Deserialize<'de> for Matrix {
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "include" => {
-                            let entries: Vec<serde_norway::Mapping> = map.next_value()?;
-                            for e in entries {
-                                let mut cell = vec![];
+                            let entries: Vec<serde_norway::Value> = map.next_value()?;
+                            for (i, mut e) in entries.into_iter().enumerate() {
+                                let expect = take_expect(&mut e)
+                                    .map_err(|e| de::Error::custom(format!("include[{i}].{e}")))?;
+                                let serde_norway::Value::Mapping(e) = e else {
+                                    return Err(de::Error::custom(format!("include[{i}]: an entry is a map of axis values, e.g. {{ allocator: glibc, cache: 256MiB }}")));
+                                };
+                                let mut params = vec![];
                                 for (k, v) in e {
                                     let k = scalar(&k)
                                         .ok_or_else(|| de::Error::custom("axis names are words"))?;
-                                    cell.push((
+                                    params.push((
                                         k.clone(),
                                         axis_value(&k, v).map_err(de::Error::custom)?,
                                     ));
                                 }
-                                m.include.push(cell);
+                                m.include.push(Include { params, expect });
                             }
                         }
                         "exclude" => {
@@ -206,6 +252,18 @@ impl<'de> Deserialize<'de> for Matrix {
     }
 }
 
+/// A cell's expectations: its values' `expect`s in axis order, then an
+/// include's over them.
+fn expect_of(params: &[(String, AxisValue)], include: Option<&Checks>) -> Option<Checks> {
+    params
+        .iter()
+        .filter_map(|(_, v)| v.expect.as_ref())
+        .chain(include)
+        .fold(None, |acc: Option<Checks>, e| {
+            Some(acc.map_or_else(|| e.clone(), |a| a.overlaid(e)))
+        })
+}
+
 fn cell_id(params: &[(String, AxisValue)]) -> String {
     if params.is_empty() {
         return "default".into();
@@ -244,15 +302,33 @@ impl Matrix {
             .filter(|c| !self.axes.is_empty() && !excluded(c))
             .map(|params| CellDef {
                 id: cell_id(&params),
+                expect: expect_of(&params, None),
                 params,
             })
             .collect();
         for inc in &self.include {
-            let id = cell_id(inc);
+            // With `expect`, an entry whose values cells already have
+            // says what those cells must show.
+            let selects = |c: &CellDef| {
+                inc.params
+                    .iter()
+                    .all(|(a, v)| c.params.iter().any(|(ca, cv)| ca == a && cv.name == v.name))
+            };
+            if let Some(over) = inc.expect.as_ref().filter(|_| cells.iter().any(selects)) {
+                for c in cells.iter_mut().filter(|c| selects(c)) {
+                    c.expect = Some(match &c.expect {
+                        Some(e) => e.overlaid(over),
+                        None => over.clone(),
+                    });
+                }
+                continue;
+            }
+            let id = cell_id(&inc.params);
             if !cells.iter().any(|c| c.id == id) {
                 cells.push(CellDef {
                     id,
-                    params: inc.clone(),
+                    expect: expect_of(&inc.params, inc.expect.as_ref()),
+                    params: inc.params.clone(),
                 });
             }
         }
@@ -260,6 +336,7 @@ impl Matrix {
             cells.push(CellDef {
                 id: "default".into(),
                 params: vec![],
+                expect: None,
             });
         }
         cells
@@ -313,6 +390,50 @@ mod tests {
 
     fn matrix(y: &str) -> Matrix {
         serde_norway::from_str(y).unwrap()
+    }
+
+    #[test]
+    fn expectations_come_from_values_and_from_includes_that_select_cells() {
+        let m = matrix(
+            "allocator:\n  - glibc\n  - { jemalloc: {}, expect: { oom_kills: 0, peak_memory: { max: 85% } } }\ncache: [256MiB, 32MiB]\ninclude:\n  - { allocator: glibc, cache: 256MiB, expect: { oom_kills: \">= 1\" } }\n  - { allocator: mimalloc, cache: 8MiB, expect: { crashes: 0 } }\n",
+        );
+        let cells = m.cells();
+        let by = |id: &str| cells.iter().find(|c| c.id == id).unwrap();
+        // An include with `expect` that names cells of the product adds none.
+        assert_eq!(cells.len(), 5);
+        let e = by("allocator=glibc,cache=256MiB").expect.clone().unwrap();
+        assert_eq!(e.oom_kills.unwrap().min, Some(1));
+        assert_eq!(by("allocator=glibc,cache=32MiB").expect, None);
+        let j = by("allocator=jemalloc,cache=32MiB").expect.clone().unwrap();
+        assert_eq!(j.oom_kills.unwrap().max, Some(0));
+        assert_eq!(
+            j.peak_memory.unwrap().max,
+            crate::suite::values::Bound::OfLimit(0.85)
+        );
+        // An include of a new cell carries its own.
+        let n = by("allocator=mimalloc,cache=8MiB").expect.clone().unwrap();
+        assert_eq!(n.crashes.unwrap().max, Some(0));
+    }
+
+    #[test]
+    fn count_limits_read_as_bounds() {
+        use crate::suite::CountCheck;
+        let c = |y: &str| serde_norway::from_str::<CountCheck>(y);
+        assert_eq!(c("0").unwrap().max, Some(0));
+        assert_eq!(c("\">= 1\"").unwrap().min, Some(1));
+        assert_eq!(c("\"> 0\"").unwrap().min, Some(1));
+        assert_eq!(c("\"< 4\"").unwrap().max, Some(3));
+        let exact = c("\"== 2\"").unwrap();
+        assert!(exact.holds(2) && !exact.holds(1) && !exact.holds(3));
+        assert!(c("\">= 1\"").unwrap().holds(4));
+        assert!(!c("\">= 1\"").unwrap().holds(0));
+        assert_eq!(c("{ min: 1, max: 3 }").unwrap().describe(), "1..3");
+        assert!(c("\"< 0\"").is_err());
+        assert!(c("{ severity: warn }").is_err());
+        assert!(c("\"about 3\"")
+            .unwrap_err()
+            .to_string()
+            .contains("not a count limit"));
     }
 
     #[test]

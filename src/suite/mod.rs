@@ -524,6 +524,29 @@ impl Suite {
         let mut running = true;
         self.check_phases(&self.phases, "phases", &mut running, &mut out);
         out.extend(self.checks.problems(self));
+        // Expectations are checks too, judged the same way; each problem
+        // once, at the value or entry that sets it.
+        if let Some(m) = &self.matrix {
+            let mut expects: Vec<(String, &Checks)> = vec![];
+            for (axis, values) in &m.axes {
+                for (i, v) in values.iter().enumerate() {
+                    if let Some(e) = &v.expect {
+                        expects.push((format!("matrix.{axis}[{i}].expect"), e));
+                    }
+                }
+            }
+            for (i, inc) in m.include.iter().enumerate() {
+                if let Some(e) = &inc.expect {
+                    expects.push((format!("matrix.include[{i}].expect"), e));
+                }
+            }
+            for (at, e) in expects {
+                for (path, problem) in e.problems(self) {
+                    let path = path.strip_prefix("checks").unwrap_or(&path).to_string();
+                    out.push((format!("{at}{path}"), problem));
+                }
+            }
+        }
         out
     }
 

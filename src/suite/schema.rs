@@ -10,7 +10,7 @@ use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use super::checks::CountCheck;
 use super::matrix::{Matrix, CODECS};
 use super::phase::{Phase, ACTIONS, PHASES};
-use super::values::{Count, Dur, GrowthRate, Rate, Sig, Size, SIGNALS};
+use super::values::{Bound, Count, Dur, GrowthRate, Rate, Sig, Size, SIGNALS};
 use super::Suite;
 use crate::suite::allocator::{Profile, GLIBC_OPTIONS, KINDS};
 
@@ -34,6 +34,11 @@ macro_rules! manual {
 manual!(Size, "Size", |g| json_schema!({
     "description": "A size: B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000), e.g. 256MiB",
     "anyOf": [{ "type": "integer", "minimum": 0 }, { "type": "string", "pattern": SIZE }]
+}));
+manual!(Bound, "Bound", |g| json_schema!({
+    "description": "A size (e.g. 340MiB) or a share of the cell's memory limit (e.g. 85%)",
+    "anyOf": [{ "type": "integer", "minimum": 0 }, { "type": "string", "pattern": SIZE },
+              { "type": "string", "pattern": r"^\s*[0-9]+(\.[0-9]+)?\s*%\s*$" }]
 }));
 manual!(Dur, "Duration", |g| json_schema!({
     "description": "A duration: ms, s, m or h, e.g. 90s",
@@ -81,11 +86,13 @@ manual!(Sig, "Signal", |g| {
     json_schema!({ "description": "A signal name", "enum": names })
 });
 manual!(CountCheck, "CountCheck", |g| json_schema!({
-    "description": "The most allowed: a number, or { max, severity }",
+    "description": "The most allowed (a number), a bound such as \">= 1\" or \"<= 3\", or { max, min, severity }",
     "anyOf": [
         { "type": "integer", "minimum": 0 },
-        { "type": "object", "additionalProperties": false, "required": ["max"],
-          "properties": { "max": { "type": "integer", "minimum": 0 }, "severity": { "enum": ["fail", "warn"] } } }
+        { "type": "string", "pattern": "^\\s*(<=|>=|==|<|>|=)?\\s*[0-9_]+\\s*$" },
+        { "type": "object", "additionalProperties": false, "minProperties": 1,
+          "properties": { "max": { "type": "integer", "minimum": 0 }, "min": { "type": "integer", "minimum": 0 },
+                          "severity": { "enum": ["fail", "warn"] } } }
     ]
 }));
 manual!(Profile, "Allocator", |g| {
@@ -115,19 +122,23 @@ manual!(Profile, "Allocator", |g| {
 });
 manual!(Matrix, "Matrix", |g| {
     let profile = g.subschema_for::<Profile>();
+    let checks = g.subschema_for::<super::Checks>();
     json_schema!({
-        "description": "Axes, each a list of values (a word, a number, or a map of fields; `name` names it in cell ids). Fields called compression or *_compression take RocksDB's codecs.",
+        "description": "Axes, each a list of values (a word, a number, or a map of fields; `name` names it in cell ids). Fields called compression or *_compression take RocksDB's codecs. A value or an include may say what its cells must show: `expect:`, checks in place of the suite's (e.g. { oom_kills: \">= 1\" } where an incident must reproduce).",
         "type": "object",
         "properties": {
-            "allocator": { "type": "array", "minItems": 1, "items": profile },
-            "include": { "type": "array", "items": { "type": "object" } },
+            "allocator": { "type": "array", "minItems": 1, "items": { "anyOf": [
+                profile,
+                { "type": "object", "required": ["expect"], "properties": { "expect": checks } }
+            ] } },
+            "include": { "type": "array", "items": { "type": "object", "properties": { "expect": checks } } },
             "exclude": { "type": "array", "items": { "type": "object" } }
         },
         "additionalProperties": {
             "type": "array", "minItems": 1,
             "items": { "anyOf": [
                 { "type": ["string", "number", "boolean"] },
-                { "type": "object", "properties": { "compression": { "enum": CODECS }, "bottommost_compression": { "enum": CODECS } },
+                { "type": "object", "properties": { "compression": { "enum": CODECS }, "bottommost_compression": { "enum": CODECS }, "expect": checks },
                   "additionalProperties": { "type": ["string", "number", "boolean"] } }
             ] }
         }

@@ -54,6 +54,55 @@ text_value!(Size, "a size such as 256MiB", |s: &str| units::parse_size(
 .map(Size)
 .map_err(|e| e.to_string()));
 
+/// A memory bound: a size (`340MiB`) or a share of the cell's memory limit
+/// (`85%`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Bound {
+    Bytes(u64),
+    /// A fraction of `limits.memory`, in (0, 1].
+    OfLimit(f64),
+}
+text_value!(
+    Bound,
+    "a size such as 340MiB, or a share of the memory limit such as 85%",
+    |s: &str| {
+        if let Some(p) = s.trim().strip_suffix('%') {
+            let f: f64 = p
+                .trim()
+                .parse()
+                .map_err(|_| format!("{s:?} is not a percentage such as 85%"))?;
+            if !(f > 0.0 && f <= 100.0) {
+                return Err(format!(
+                    "{s:?}: a share of the limit is above 0% and at most 100%"
+                ));
+            }
+            return Ok(Bound::OfLimit(f / 100.0));
+        }
+        units::parse_size(s)
+            .map(Bound::Bytes)
+            .map_err(|e| format!("{e}; or a share of the memory limit such as 85%"))
+    }
+);
+
+impl Bound {
+    /// In bytes, given the cell's memory limit (a share needs one).
+    pub fn bytes(&self, limit: Option<u64>) -> Option<u64> {
+        match *self {
+            Bound::Bytes(b) => Some(b),
+            Bound::OfLimit(f) => limit.map(|l| (l as f64 * f) as u64),
+        }
+    }
+}
+
+impl Serialize for Bound {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match *self {
+            Bound::Bytes(b) => s.serialize_u64(b),
+            Bound::OfLimit(f) => s.serialize_str(&format!("{}%", f * 100.0)),
+        }
+    }
+}
+
 /// A duration: `500ms`, `90s`, `20m`, `2h`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Dur(pub Duration);
