@@ -65,6 +65,7 @@ async fn soak(port: u16, test: &str, pipeline: usize, secs: f64) -> f64 {
         target: format!("127.0.0.1:{port}"),
         keys: KEYS,
         value_size: (VALUE, VALUE),
+        compressibility: None,
         set: if test == "set" { 1.0 } else { 0.0 },
         get: if test == "get" { 1.0 } else { 0.0 },
         del: 0.0,

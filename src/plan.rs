@@ -311,7 +311,8 @@ fn load_config(suite: &Suite, r: &Renderer, seed: u64) -> Result<Option<LoadConf
     Ok(Some(LoadConfig {
         target: r.one("workload.resp.target", &w.resp.target)?,
         keys: w.keys.0 as usize,
-        value_size: (w.value_size.min as usize, w.value_size.max as usize),
+        value_size: (w.value_range().min as usize, w.value_range().max as usize),
+        compressibility: w.compressibility(),
         set: w.mix.set,
         get: w.mix.get,
         del: w.mix.del,

@@ -160,6 +160,35 @@ fn a_reproduction_suite_passes_when_the_incident_shows_where_expected() {
     );
 }
 
+/// `value: { compressibility: 0.5 }`: under Snappy, LZ4 and ZSTD the
+/// compacted files are about half the size of uncompressed ones (keys and
+/// table metadata add a little), and every write reads back.
+#[test]
+fn compressible_values_shrink_on_disk_by_what_the_suite_says() {
+    require_tool("redis-cli", "redis-tools");
+    let run = soak_run("tests/suites/compressibility.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let bytes = |codec: &str| -> u64 {
+        let c = run
+            .summary()
+            .cells
+            .iter()
+            .find(|c| c.id == format!("compression={codec}"))
+            .unwrap();
+        assert_eq!(c.integrity.verified, 8000, "{:?}", c.integrity);
+        let inspection = &c.offline.last().unwrap().inspection;
+        inspection.compression.values().map(|g| g.bytes).sum()
+    };
+    let none = bytes("none") as f64;
+    for codec in ["snappy", "lz4", "zstd"] {
+        let ratio = bytes(codec) as f64 / none;
+        assert!(
+            (0.48..0.58).contains(&ratio),
+            "{codec}: {ratio:.3} of uncompressed"
+        );
+    }
+}
+
 fn check_of<'a>(c: &'a soak::model::CellResult, name: &str) -> &'a CheckResult {
     c.checks
         .iter()

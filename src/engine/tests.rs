@@ -484,6 +484,7 @@ async fn an_oom_kill_during_a_read_back_is_a_restart_and_the_read_back_starts_ag
         target: String::new(),
         keys: 2000,
         value_size: (16, 64),
+        compressibility: None,
         set: 1.0,
         get: 0.0,
         del: 0.0,

@@ -215,6 +215,29 @@ impl Limits {
     }
 }
 
+impl Workload {
+    /// The values' sizes, from `value_size` or `value.size`.
+    pub fn value_range(&self) -> SizeRange {
+        self.value_size
+            .or(self.value.map(|v| v.size))
+            .unwrap_or(SizeRange { min: 0, max: 0 })
+    }
+
+    /// `None` for `value_size:` (letters, as before `value:` existed).
+    pub fn compressibility(&self) -> Option<f64> {
+        self.value.map(|v| v.compressibility)
+    }
+}
+
+/// Values' size and how much of them a codec can remove.
+#[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ValueSpec {
+    pub size: SizeRange,
+    #[serde(default)]
+    pub compressibility: f64,
+}
+
 /// The built-in RESP load.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -226,8 +249,14 @@ pub struct Workload {
     #[serde(default)]
     pub distribution: crate::workload::dist::Distribution,
     /// Fixed (`100B`) or a range (`100B..4KiB`), each value's size drawn
-    /// in it.
-    pub value_size: SizeRange,
+    /// in it. Or `value:`, which also says how compressible values are.
+    pub value_size: Option<SizeRange>,
+    /// `{ size: 512B, compressibility: 0.5 }`: the share of each value a
+    /// general-purpose codec removes (db_bench's `--compression_ratio` is
+    /// 1 minus it); 0 (the default) is random bytes no codec shrinks.
+    /// (`value_size:` values are letters, which an entropy coder such as
+    /// ZSTD shrinks by about 40% and LZ4 or Snappy barely.)
+    pub value: Option<ValueSpec>,
     pub mix: Mix,
     /// Operations per second across all connections, scheduled by the
     /// clock; or `max`: each connection keeps `pipeline` requests in flight.
@@ -498,7 +527,26 @@ impl Suite {
                     "an MGET asks for between 1 and 10000 keys".into(),
                 ));
             }
-            if w.value_size.max > 512 << 20 {
+            match (&w.value_size, &w.value) {
+                (Some(_), Some(_)) => out.push((
+                    "workload.value".into(),
+                    "give `value_size` or `value: { size, compressibility }`, not both".into(),
+                )),
+                (None, None) => out.push((
+                    "workload".into(),
+                    "give the values' size: `value_size: 512B`, or `value: { size: 512B, compressibility: 0.5 }`".into(),
+                )),
+                _ => {}
+            }
+            if let Some(v) = &w.value {
+                if !(0.0..0.99).contains(&v.compressibility) {
+                    out.push((
+                        "workload.value.compressibility".into(),
+                        "the share a codec can remove, from 0 (random bytes) to below 0.99, e.g. 0.5".into(),
+                    ));
+                }
+            }
+            if w.value_range().max > 512 << 20 {
                 out.push((
                     "workload.value_size".into(),
                     "values above 512MiB are refused by RESP servers".into(),

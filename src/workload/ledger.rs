@@ -40,14 +40,22 @@ pub struct Ledger {
     /// from its key and version.
     pub value_min: usize,
     pub value_max: usize,
+    /// The share of each value's filler that a general-purpose codec can
+    /// remove (as db_bench's `--compression_ratio` is 1 minus it): random
+    /// bytes, (1 - c) of the filler, repeated to the value's length.
+    /// `None`: letters (`value_size:`, and ledgers of earlier versions),
+    /// which an entropy coder shrinks a little and LZ codecs barely.
+    pub compressibility: Option<f64>,
     /// Loaded from a run that did not finish: writes may have been sent
     /// and acknowledged after the ledger was saved (see [`Ledger::judge`]).
     stale: bool,
 }
 
-/// The first bytes of a saved ledger: version 2 keeps 2 bytes of flags
-/// and acknowledgement time a key; version 1 (1 byte of flags) still loads.
-const MAGIC: &[u8; 8] = b"SOAKLDG2";
+/// The first bytes of a saved ledger: version 3 adds the values'
+/// compressibility to the header; version 2 keeps 2 bytes of flags a key;
+/// version 1 (1 byte of flags) still loads.
+const MAGIC: &[u8; 8] = b"SOAKLDG3";
+const MAGIC_V2: &[u8; 8] = b"SOAKLDG2";
 const MAGIC_V1: &[u8; 8] = b"SOAKLDG1";
 
 pub use crate::units::mix64;
@@ -102,8 +110,15 @@ impl Ledger {
             set_share: (share * (1u64 << 32) as f64) as u64,
             value_min,
             value_max: value_max.max(value_min),
+            compressibility: None,
             stale: false,
         }
+    }
+
+    /// Values whose filler a codec can shrink by `c` (0 to below 1).
+    pub fn with_compressibility(mut self, c: Option<f64>) -> Ledger {
+        self.compressibility = c.map(|c| c.clamp(0.0, 0.99));
+        self
     }
 
     /// Writes the ledger to `path` (through a temporary file and a rename,
@@ -122,6 +137,8 @@ impl Ledger {
             self.value_min as u64,
             self.value_max as u64,
             self.keys() as u64,
+            // -1: letters.
+            self.compressibility.unwrap_or(-1.0).to_bits(),
         ] {
             out.write_all(&n.to_le_bytes())?;
         }
@@ -148,15 +165,25 @@ impl Ledger {
                 format!("{} is not a soak ledger: {why}", path.display()),
             )
         };
-        if bytes.len() < 49 || (&bytes[..8] != MAGIC && &bytes[..8] != MAGIC_V1) {
-            return Err(bad("no SOAKLDG2 (or SOAKLDG1) header"));
+        let magic = bytes.get(..8).unwrap_or_default();
+        let (flag_bytes, words) = match magic {
+            m if m == MAGIC => (2, 6),
+            m if m == MAGIC_V2 => (2, 5),
+            m if m == MAGIC_V1 => (1, 5),
+            _ => return Err(bad("no SOAKLDG3 (or 2, or 1) header")),
+        };
+        let head = 9 + 8 * words;
+        if bytes.len() < head {
+            return Err(bad("its header is cut short"));
         }
-        let flag_bytes = if &bytes[..8] == MAGIC { 2 } else { 1 };
         let complete = bytes[8] == 1;
         let word = |i: usize| u64::from_le_bytes(bytes[9 + 8 * i..17 + 8 * i].try_into().unwrap());
         let (seed, set_share, value_min, value_max, keys) =
             (word(0), word(1), word(2), word(3), word(4) as usize);
-        let body = &bytes[49..];
+        let compressibility = (words > 5)
+            .then(|| f64::from_bits(word(5)))
+            .filter(|c| (0.0..1.0).contains(c));
+        let body = &bytes[head..];
         if body.len() != keys * (8 + flag_bytes) {
             return Err(bad(&format!(
                 "{keys} keys need {} bytes after the header, and it has {}",
@@ -190,6 +217,7 @@ impl Ledger {
             set_share,
             value_min: value_min as usize,
             value_max: value_max as usize,
+            compressibility,
             stale: !complete,
         })
     }
@@ -290,6 +318,9 @@ impl Ledger {
         if bytes.len() != self.value_len(k, v) {
             return false;
         }
+        if self.compressibility.is_some() {
+            return bytes == self.value(k, v);
+        }
         let mut header = [0u8; 32];
         let mut cursor = &mut header[..];
         if write!(cursor, "{k}:{v}:").is_err() {
@@ -319,6 +350,23 @@ impl Ledger {
         out.reserve(size);
         let _ = write!(out, "{k}:{v}:");
         let mut state = self.value_state(k, v);
+        if let Some(c) = self.compressibility {
+            // Random bytes, (1 - c) of the filler, then repeated: what a
+            // codec can remove is the repetition.
+            let filler = size.saturating_sub(out.len() - start);
+            let random = ((filler as f64 * (1.0 - c)).ceil() as usize).max(1);
+            let from = out.len();
+            while out.len() - from < random.min(filler) {
+                state = mix64(state);
+                let n = (random.min(filler) - (out.len() - from)).min(8);
+                out.extend_from_slice(&state.to_le_bytes()[..n]);
+            }
+            while out.len() - start < size {
+                let i = out.len() - from;
+                out.push(out[from + i % random]);
+            }
+            return;
+        }
         while out.len() - start < size {
             state = mix64(state);
             let want = state.to_le_bytes().map(|b| b'a' + b % 26);
@@ -546,6 +594,38 @@ mod tests {
         flipped[40] ^= 1;
         assert_eq!(l.decode(5, Some(&flipped)), Observed::Garbage);
         assert_eq!(l.decode(5, None), Observed::Absent);
+    }
+
+    #[test]
+    fn compressible_values_repeat_their_random_part_and_survive_a_save() {
+        let l = Ledger::new(50, (1024, 1024), 1.0, 0.0, 9).with_compressibility(Some(0.75));
+        let v = l.value(7, 2);
+        assert_eq!(v.len(), 1024);
+        assert_eq!(l.decode(7, Some(&v)), Observed::Version(2));
+        // The random part is a quarter of the filler, then the same again.
+        let header = "7:2:".len();
+        let random = ((1024 - header) as f64 * 0.25).ceil() as usize;
+        assert_eq!(
+            v[header..header + random],
+            v[header + random..header + 2 * random]
+        );
+        let mut flipped = v.clone();
+        flipped[900] ^= 1;
+        assert_eq!(l.decode(7, Some(&flipped)), Observed::Garbage);
+        // Not letters: the whole byte range.
+        assert!(v[header..].iter().any(|b| !b.is_ascii_lowercase()));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger");
+        l.save(&path, true).unwrap();
+        let back = Ledger::load(&path).unwrap();
+        assert_eq!(back.compressibility, Some(0.75));
+        assert_eq!(back.value(7, 2), v);
+        // Without `value:`, letters, as ledgers of earlier versions hold.
+        let letters = Ledger::new(50, (64, 64), 1.0, 0.0, 9);
+        letters.save(&path, true).unwrap();
+        let back = Ledger::load(&path).unwrap();
+        assert_eq!(back.compressibility, None);
+        assert!(back.value(3, 1)[4..].iter().all(u8::is_ascii_lowercase));
     }
 
     #[test]

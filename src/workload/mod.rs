@@ -36,6 +36,8 @@ pub struct LoadConfig {
     pub keys: usize,
     /// Smallest and largest value, inclusive.
     pub value_size: (usize, usize),
+    /// The share of each value a codec can remove (`None`: letters).
+    pub compressibility: Option<f64>,
     pub set: f64,
     pub get: f64,
     pub del: f64,
@@ -279,13 +281,10 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(cfg: LoadConfig) -> Engine {
-        let ledger = Arc::new(Ledger::new(
-            cfg.keys,
-            cfg.value_size,
-            cfg.set,
-            cfg.del,
-            cfg.seed,
-        ));
+        let ledger = Arc::new(
+            Ledger::new(cfg.keys, cfg.value_size, cfg.set, cfg.del, cfg.seed)
+                .with_compressibility(cfg.compressibility),
+        );
         Engine {
             cfg,
             ledger,
@@ -1066,6 +1065,7 @@ mod tests {
             target: String::new(),
             keys: 10,
             value_size: (8, 8),
+            compressibility: None,
             set: 1.0,
             get: 0.0,
             del: 0.0,
