@@ -77,6 +77,10 @@ pub struct RunOptions {
     /// `ssh://USER@HOST`); default `DOCKER_HOST`, else the local socket.
     #[arg(long, value_name = "URL")]
     pub docker_host: Option<String>,
+    /// Run each cell N times (instead of the suite's `repeat:`): the report
+    /// gives each figure's median and spread over the N runs.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: Option<u32>,
 }
 
 /// A run that could not produce a verdict.
@@ -150,6 +154,24 @@ pub fn soak_node(run_dir: &Path) -> Result<String, RunError> {
 }
 
 /// The cells this invocation runs, after `--only` and `--shard`.
+/// Each cell `n` times, as `ID#1`..`ID#n` (once: as it is), with the id of
+/// the cell each one repeats.
+fn repeated(cells: Vec<CellDef>, n: u32) -> Vec<(CellDef, Option<String>)> {
+    if n <= 1 {
+        return cells.into_iter().map(|c| (c, None)).collect();
+    }
+    cells
+        .into_iter()
+        .flat_map(|c| {
+            (1..=n).map(move |i| {
+                let mut r = c.clone();
+                r.id = format!("{}#{i}", c.id);
+                (r, Some(c.id.clone()))
+            })
+        })
+        .collect()
+}
+
 pub fn select_cells(suite: &Suite, opts: &RunOptions) -> Result<Vec<CellDef>, RunError> {
     let mut cells = suite.cells();
     let all = cells.len();
@@ -177,7 +199,10 @@ pub async fn run(
     progress: &Progress,
 ) -> Result<(Summary, PathBuf), RunError> {
     let suite = Suite::load(&opts.suite)?;
-    let cells = select_cells(&suite, opts)?;
+    let times = opts
+        .repeat
+        .unwrap_or_else(|| suite.repeat.map(|r| r.0 as u32).unwrap_or(1));
+    let cells = repeated(select_cells(&suite, opts)?, times);
     if let Some(id) = &opts.run_id {
         crate::lock::use_run_id(id);
     }
@@ -244,7 +269,7 @@ pub async fn run(
     let mut results = vec![];
     let mut charts = BTreeMap::new();
     let mut env_error = None;
-    for (index, cell) in cells.iter().enumerate() {
+    for (index, (cell, repeat_of)) in cells.iter().enumerate() {
         if *interrupt.borrow() {
             break;
         }
@@ -256,16 +281,15 @@ pub async fn run(
             Err(e) => Err(e.into()),
         };
         match ran {
-            Ok((result, chart)) => {
+            Ok((mut result, chart)) => {
                 charts.insert(result.id.clone(), chart);
+                result.repeat_of.clone_from(repeat_of);
                 results.push(result);
             }
             Err(e) => {
-                results.push(CellResult::error(
-                    &cell.id,
-                    cell.params_map(),
-                    e.to_string(),
-                ));
+                let mut result = CellResult::error(&cell.id, cell.params_map(), e.to_string());
+                result.repeat_of.clone_from(repeat_of);
+                results.push(result);
                 env_error.get_or_insert(e);
             }
         }
@@ -742,6 +766,7 @@ fn assemble(
         cgroup: m.cgroup,
         engine: m.engine,
         expectation,
+        repeat_of: None,
     };
     (result, chart)
 }

@@ -189,6 +189,42 @@ fn compressible_values_shrink_on_disk_by_what_the_suite_says() {
     }
 }
 
+/// `--repeat N` (over the suite's `repeat: 3`): each cell runs N times;
+/// the report gives each figure's median and range, and says that the
+/// cache's effect on peak RSS is larger than the runs' own spread.
+#[test]
+fn repeated_cells_give_a_spread_and_say_what_is_beyond_it() {
+    let run = soak_run("tests/suites/repeats.yaml", &["--repeat", "2"]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let cells = &run.summary().cells;
+    let ids: Vec<&str> = cells.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "cache=8MiB#1",
+            "cache=8MiB#2",
+            "cache=96MiB#1",
+            "cache=96MiB#2"
+        ]
+    );
+    assert!(cells[..2]
+        .iter()
+        .all(|c| c.repeat_of.as_deref() == Some("cache=8MiB")));
+    let report =
+        std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+    assert!(
+        report.contains("**Repeats** (median, and min–max over the runs)"),
+        "{report}"
+    );
+    assert!(report.contains("| `cache=8MiB` | 2 |"), "{report}");
+    assert!(
+        report.contains("- peak RSS: `cache=8MiB` ")
+            && report.lines().any(|l| l.starts_with("- peak RSS:")
+                && l.ends_with("apart (the runs' ranges do not overlap)")),
+        "{report}"
+    );
+}
+
 fn check_of<'a>(c: &'a soak::model::CellResult, name: &str) -> &'a CheckResult {
     c.checks
         .iter()

@@ -184,6 +184,9 @@ pub struct CellResult {
     /// it did.
     #[serde(default)]
     pub expectation: Option<Expectation>,
+    /// With `--repeat N`: the cell this run repeats (its id without `#i`).
+    #[serde(default)]
+    pub repeat_of: Option<String>,
 }
 
 /// A Docker engine, as the report names it.

@@ -109,6 +109,7 @@ pub fn write(
     expectations(w, s)?;
     glance(w, s)?;
     load_glance(w, s)?;
+    repeats(w, s)?;
     for c in &s.cells {
         cell(w, c, charts.get(&c.id).map(Vec::as_slice).unwrap_or(&[]))?;
     }
@@ -704,6 +705,149 @@ fn series_table(w: &mut impl Write, m: &super::MemorySummary) -> io::Result<()> 
 /// caches is run for.
 /// Throughput, latency, memory and disk of every cell side by side: the
 /// table a configuration sweep (KAFKA-4484's) is read from.
+/// A figure's median and range over a cell's repeats.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    pub fn of(values: &[f64]) -> Option<Spread> {
+        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Some(Spread {
+            median,
+            min: v[0],
+            max: v[n - 1],
+        })
+    }
+
+    /// Whether two cells' ranges overlap: a difference between their
+    /// medians that the repeats themselves show.
+    pub fn overlaps(&self, other: &Spread) -> bool {
+        self.min <= other.max && other.min <= self.max
+    }
+}
+
+type Figure = (
+    &'static str,
+    fn(&CellResult) -> Option<f64>,
+    fn(f64) -> String,
+);
+
+/// The figures of "load at a glance", as the repeats section spreads them.
+const FIGURES: [Figure; 6] = [
+    (
+        "writes/s",
+        |c| c.load.as_ref().map(|l| l.writes_per_s),
+        |v| format!("{v:.0}"),
+    ),
+    (
+        "reads/s",
+        |c| c.load.as_ref().map(|l| l.reads_per_s),
+        |v| format!("{v:.0}"),
+    ),
+    (
+        "p99",
+        |c| c.load.as_ref()?.latency_us.as_ref().map(|l| l.p99 as f64),
+        |v| format!("{:.2} ms", v / 1000.0),
+    ),
+    (
+        "peak RSS",
+        |c| Some(c.memory.peak_rss_bytes as f64),
+        |v| Bytes(v as u64).to_string(),
+    ),
+    (
+        "peak cgroup",
+        |c| Some(c.memory.peak_cgroup_bytes as f64),
+        |v| Bytes(v as u64).to_string(),
+    ),
+    (
+        "peak disk",
+        |c| Some(c.memory.peak_disk_bytes as f64),
+        |v| Bytes(v as u64).to_string(),
+    ),
+];
+
+/// With `--repeat N`: each cell's figures as median and range over its
+/// runs, and which differences between cells are within that noise.
+fn repeats(w: &mut impl Write, s: &super::Summary) -> io::Result<()> {
+    let mut groups: Vec<(&str, Vec<&CellResult>)> = vec![];
+    for c in &s.cells {
+        let Some(base) = c.repeat_of.as_deref() else {
+            continue;
+        };
+        match groups.iter_mut().find(|(b, _)| *b == base) {
+            Some((_, runs)) => runs.push(c),
+            None => groups.push((base, vec![c])),
+        }
+    }
+    if groups.is_empty() {
+        return Ok(());
+    }
+    let spread = |runs: &[&CellResult], f: fn(&CellResult) -> Option<f64>| {
+        Spread::of(&runs.iter().filter_map(|c| f(c)).collect::<Vec<_>>())
+    };
+    let figures: Vec<&Figure> = FIGURES
+        .iter()
+        .filter(|(_, f, _)| {
+            groups
+                .iter()
+                .any(|(_, runs)| spread(runs, *f).is_some_and(|x| x.max > 0.0))
+        })
+        .collect();
+    writeln!(w, "**Repeats** (median, and min–max over the runs):\n")?;
+    let head: Vec<&str> = figures.iter().map(|(n, _, _)| *n).collect();
+    writeln!(w, "| cell | runs | {} |", head.join(" | "))?;
+    writeln!(w, "|---|---:|{}", "---:|".repeat(head.len()))?;
+    for (base, runs) in &groups {
+        let cols: Vec<String> = figures
+            .iter()
+            .map(|(_, f, fmt)| match spread(runs, *f) {
+                Some(x) => format!("{} ({}–{})", fmt(x.median), fmt(x.min), fmt(x.max)),
+                None => "n/a".into(),
+            })
+            .collect();
+        writeln!(w, "| `{base}` | {} | {} |", runs.len(), cols.join(" | "))?;
+    }
+    writeln!(w)?;
+    if groups.len() > 1 {
+        let mut lines = vec![];
+        for (name, f, fmt) in &figures {
+            for (i, (a, ra)) in groups.iter().enumerate() {
+                for (b, rb) in groups.iter().skip(i + 1) {
+                    let (Some(x), Some(y)) = (spread(ra, *f), spread(rb, *f)) else {
+                        continue;
+                    };
+                    let verdict = if x.overlaps(&y) {
+                        "within the noise (the runs' ranges overlap)"
+                    } else {
+                        "apart (the runs' ranges do not overlap)"
+                    };
+                    lines.push(format!(
+                        "- {name}: `{a}` {} vs `{b}` {}: {verdict}",
+                        fmt(x.median),
+                        fmt(y.median)
+                    ));
+                }
+            }
+        }
+        writeln!(w, "{}\n", lines.join("\n"))?;
+    }
+    Ok(())
+}
+
 fn load_glance(w: &mut impl Write, s: &super::Summary) -> io::Result<()> {
     if s.cells.iter().all(|c| c.load.is_none()) {
         return Ok(());
@@ -756,4 +900,20 @@ fn glance(w: &mut impl Write, s: &super::Summary) -> io::Result<()> {
         )?;
     }
     writeln!(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Spread;
+
+    #[test]
+    fn a_spread_is_the_median_and_range_and_overlaps_say_noise() {
+        let a = Spread::of(&[3.0, 1.0, 2.0, 10.0]).unwrap();
+        assert_eq!((a.median, a.min, a.max), (2.5, 1.0, 10.0));
+        let b = Spread::of(&[11.0, 12.0, f64::NAN]).unwrap();
+        assert_eq!((b.median, b.min, b.max), (11.5, 11.0, 12.0));
+        assert!(!a.overlaps(&b));
+        assert!(a.overlaps(&Spread::of(&[9.0, 20.0]).unwrap()));
+        assert_eq!(Spread::of(&[]), None);
+    }
 }

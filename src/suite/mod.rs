@@ -53,6 +53,10 @@ pub struct Suite {
     pub checks: Checks,
     #[serde(default)]
     pub telemetry: Telemetry,
+    /// Each cell runs this many times (`--repeat` overrides): the report
+    /// gives the median and spread of its figures, and says which
+    /// differences between cells are within that spread.
+    pub repeat: Option<Count>,
 }
 
 /// One version of the node: its own command, and environment variables
