@@ -741,6 +741,9 @@ fn assemble(
     if m.load.is_some() {
         files.insert("latency.csv".into(), format!("{rel}/latency.csv"));
     }
+    if plan.scrape.is_some() {
+        files.insert("metrics.csv".into(), format!("{rel}/metrics.csv"));
+    }
     for e in &rec.execs {
         files.insert(e.log.clone(), format!("{rel}/{}", e.log));
     }
