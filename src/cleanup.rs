@@ -155,13 +155,22 @@ fn containers_now(
             .map_err(|e| e.to_string())?;
         let here = container::machine();
         let mut out = vec![];
+        // Every one is tried; the first failure is reported after.
+        let mut failed = None;
         for c in container::labelled(&e.docker).await? {
             if run.is_none_or(|r| r == c.run) && c.machine == here && !alive(&c.run) {
-                container::remove(&e.docker, &c.id).await?;
-                out.push((c.name, c.run));
+                match container::remove(&e.docker, &c.id).await {
+                    Ok(()) => out.push((c.name, c.run)),
+                    Err(e) => {
+                        failed.get_or_insert(format!("{}: {e}", c.name));
+                    }
+                }
             }
         }
-        Ok(out)
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
     })
 }
 

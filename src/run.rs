@@ -611,6 +611,10 @@ fn memory_summary(plan: &CellPlan, m: &CellMeasures) -> MemorySummary {
     let anon = analysis::analyse(samples, |s| s.anon, w, limit);
     let cgroup = analysis::analyse(samples, |s| s.cgroup, w, limit);
     let disk = analysis::analyse(samples, |s| s.disk, w, None);
+    let held_free = m
+        .scrapes
+        .as_ref()
+        .and_then(|s| prometheus::held_free(&s.last));
     MemorySummary {
         peak_rss_bytes: rss.peak,
         peak_pss_bytes: pss.peak,
@@ -629,6 +633,8 @@ fn memory_summary(plan: &CellPlan, m: &CellMeasures) -> MemorySummary {
             .scrapes
             .as_ref()
             .and_then(|s| prometheus::fragmentation(&s.last)),
+        allocator_free_bytes: held_free.map(|h| h.0),
+        allocator_free_share: held_free.map(|h| h.1),
         scrapes: m.scrapes.as_ref().map(|s| ScrapeSummary {
             ok: s.ok,
             failed: s.failed,

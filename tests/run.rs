@@ -243,6 +243,9 @@ fn the_jvm_node_is_oom_killed_by_its_event_loops_pools_not_its_heap() {
     assert!(many.memory.oom_kills >= 1, "{:?}", many.memory);
     assert!(many.expectation.as_ref().unwrap().reproduced());
     assert_eq!(many.integrity.lost, 0, "{:?}", many.integrity);
+    // The pools held mostly free space: the incident's "98.5% free".
+    let free = many.memory.allocator_free_share.unwrap();
+    assert!(free > 0.8, "{:?}", many.memory);
     let few = cells.iter().find(|c| c.id == "loops=2").unwrap();
     assert_eq!(few.memory.oom_kills, 0);
     assert!(few.memory.peak_cgroup_bytes < 192 << 20);

@@ -421,6 +421,7 @@ public class SoakJvmNode {
             }
             gauge(b, "allocator_resident_bytes", chunks);
             gauge(b, "allocator_allocated_bytes", used);
+            gauge(b, "allocator_free_bytes", chunks - used);
             gauge(b, "soak_jvm_event_loops", POOLS.size());
             byte[] body = b.toString().getBytes(StandardCharsets.UTF_8);
             ex.getResponseHeaders().add("Content-Type", "text/plain; version=0.0.4");

@@ -351,9 +351,16 @@ pub struct MemorySummary {
     pub oom_kills: u64,
     pub samples: usize,
     pub peak_disk_bytes: u64,
-    /// Resident over allocated at the last scrape, where the node reports
-    /// its allocator's statistics on its Prometheus endpoint.
+    /// The process's RSS over the bytes its program allocated, at the last
+    /// scrape, where the node reports its allocator's statistics on its
+    /// Prometheus endpoint (the same way for every allocator).
     pub fragmentation: Option<f64>,
+    /// The bytes the allocator held free at the last scrape, and their
+    /// share of all it held (free and allocated).
+    #[serde(default)]
+    pub allocator_free_bytes: Option<u64>,
+    #[serde(default)]
+    pub allocator_free_share: Option<f64>,
     /// Prometheus scrapes: answered, failed, answered with no series.
     pub scrapes: Option<ScrapeSummary>,
     /// The full analysis of each series: steady state, slope interval,

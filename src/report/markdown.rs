@@ -234,9 +234,17 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
     }
     series_table(w, m)?;
     if let Some(f) = m.fragmentation {
+        let free = match (m.allocator_free_bytes, m.allocator_free_share) {
+            (Some(b), Some(share)) => format!(
+                "; it held {} free, {:.1}% of all it held",
+                Bytes(b),
+                share * 100.0
+            ),
+            _ => String::new(),
+        };
         writeln!(
             w,
-            "**Allocator:** resident / allocated = {f:.2} at the last scrape.\n"
+            "**Allocator:** resident / allocated = {f:.2} at the last scrape{free}.\n"
         )?;
     }
     if let Some(s) = &m.scrapes {

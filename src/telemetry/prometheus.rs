@@ -88,20 +88,33 @@ pub fn series(text: &str) -> BTreeMap<String, f64> {
     out
 }
 
-/// Resident over allocated, from the allocator's own statistics where the
-/// node reports them (`allocator_resident_bytes`/`allocator_allocated_bytes`,
-/// as soak-node does), else the process RSS over allocated.
+fn find(series: &BTreeMap<String, f64>, prefix: &str) -> Option<f64> {
+    series
+        .iter()
+        .find(|(k, _)| k.starts_with(prefix))
+        .map(|(_, v)| *v)
+}
+
+/// Resident over allocated, the same way for every allocator: the
+/// process's RSS (`process_resident_memory_bytes`) over the bytes the
+/// program has allocated (`allocator_allocated_bytes`, as soak-node reports
+/// for glibc, jemalloc, mimalloc and tcmalloc alike). A node without a
+/// process figure gives its own resident figure (`allocator_resident_bytes`:
+/// the JVM node's direct-buffer pools).
 pub fn fragmentation(series: &BTreeMap<String, f64>) -> Option<f64> {
-    let find = |prefix: &str| {
-        series
-            .iter()
-            .find(|(k, _)| k.starts_with(prefix))
-            .map(|(_, v)| *v)
-    };
-    let allocated = find("allocator_allocated_bytes").filter(|a| *a > 0.0)?;
-    let resident =
-        find("allocator_resident_bytes").or_else(|| find("process_resident_memory_bytes"))?;
+    let allocated = find(series, "allocator_allocated_bytes").filter(|a| *a > 0.0)?;
+    let resident = find(series, "process_resident_memory_bytes")
+        .or_else(|| find(series, "allocator_resident_bytes"))?;
     Some(resident / allocated)
+}
+
+/// The bytes the allocator holds free (`allocator_free_bytes`: glibc's
+/// free chunks in its arenas, jemalloc's dirty pages, a pool's unused
+/// chunk space), and their share of what it holds (free + allocated).
+pub fn held_free(series: &BTreeMap<String, f64>) -> Option<(u64, f64)> {
+    let free = find(series, "allocator_free_bytes")?;
+    let allocated = find(series, "allocator_allocated_bytes").unwrap_or(0.0);
+    (free + allocated > 0.0).then(|| (free as u64, free / (free + allocated)))
 }
 
 #[cfg(test)]
@@ -124,5 +137,11 @@ mod tests {
         assert_eq!(s["a_bytes{allocator=\"jemalloc\"}"], 42.0);
         assert_eq!(s["h_bucket{le=\"0.1\"}"], 3.0);
         assert_eq!(fragmentation(&s), Some(2.0));
+        assert_eq!(held_free(&s), None);
+        let pool = series(
+            "allocator_resident_bytes 128\nallocator_allocated_bytes 8\nallocator_free_bytes 120\n",
+        );
+        assert_eq!(fragmentation(&pool), Some(16.0));
+        assert_eq!(held_free(&pool), Some((120, 120.0 / 128.0)));
     }
 }

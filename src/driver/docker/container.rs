@@ -625,7 +625,7 @@ pub async fn labelled(docker: &bollard::Docker) -> Result<Vec<Labelled>, String>
 
 /// Removes a container, whatever its state.
 pub async fn remove(docker: &bollard::Docker, id: &str) -> Result<(), String> {
-    docker
+    let removed = docker
         .remove_container(
             id,
             Some(RemoveContainerOptions {
@@ -634,6 +634,31 @@ pub async fn remove(docker: &bollard::Docker, id: &str) -> Result<(), String> {
                 ..Default::default()
             }),
         )
-        .await
-        .map_err(|e| crate::net::error_chain(&e))
+        .await;
+    match removed {
+        Ok(()) => Ok(()),
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(()),
+        // Another request of this soak is removing it (a second Ctrl-C
+        // while the first one's cleanup runs): done once it is gone.
+        Err(e) if e.to_string().contains("already in progress") => {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while std::time::Instant::now() < deadline {
+                match docker
+                    .inspect_container(id, None::<InspectContainerOptions>)
+                    .await
+                {
+                    Err(bollard::errors::Error::DockerResponseServerError {
+                        status_code: 404,
+                        ..
+                    }) => return Ok(()),
+                    Err(e) => return Err(crate::net::error_chain(&e)),
+                    Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+            Err(format!("container {id} is still being removed after 60 s"))
+        }
+        Err(e) => Err(crate::net::error_chain(&e)),
+    }
 }
