@@ -661,13 +661,6 @@ fn expectation(expect: &crate::suite::Checks, results: &[CheckResult]) -> Expect
                 .any(|n| r.name == *n || r.name.starts_with(&format!("{n} (")))
         })
         .collect();
-    let text = |v: &serde_json::Value, unit: &str| match (v, unit) {
-        (serde_json::Value::String(s), _) => s.clone(),
-        (serde_json::Value::Number(n), "bytes") => {
-            crate::units::Bytes(n.as_u64().unwrap_or(0)).to_string()
-        }
-        (v, _) => v.to_string(),
-    };
     Expectation {
         checks: expected
             .iter()
@@ -680,8 +673,8 @@ fn expectation(expect: &crate::suite::Checks, results: &[CheckResult]) -> Expect
                 format!(
                     "{}: {} (limit {}{detail})",
                     r.name,
-                    text(&r.value, &r.unit),
-                    text(&r.limit, &r.unit)
+                    crate::report::markdown::value_text(&r.value, &r.unit),
+                    crate::report::markdown::value_text(&r.limit, &r.unit)
                 )
             })
             .collect(),

@@ -118,13 +118,7 @@ fn soak_cleanup_removes_the_containers_of_a_killed_soak() {
         dir.path(),
         std::process::Stdio::null(),
     );
-    let events = wait_for_file(dir.path(), "events.jsonl", |e| {
-        std::fs::read_to_string(e)
-            .unwrap()
-            .contains("\"kind\":\"ready\"")
-    });
-    let report_dir = events.parent().unwrap().parent().unwrap().parent().unwrap();
-    let id = run_id(report_dir);
+    let id = wait_until_ready(dir.path());
     // Alive: cleanup leaves the run's container alone.
     let out = Command::new(env!("CARGO_BIN_EXE_soak"))
         .arg("cleanup")
@@ -158,13 +152,7 @@ fn a_second_ctrl_c_removes_the_runs_container_and_leaves() {
         dir.path(),
         std::process::Stdio::piped(),
     );
-    let events = wait_for_file(dir.path(), "events.jsonl", |e| {
-        std::fs::read_to_string(e)
-            .unwrap()
-            .contains("\"kind\":\"ready\"")
-    });
-    let report_dir = events.parent().unwrap().parent().unwrap().parent().unwrap();
-    let id = run_id(report_dir);
+    let id = wait_until_ready(dir.path());
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
     let mut said = String::new();
@@ -746,12 +734,7 @@ fn a_cell_on_an_engine_reached_over_ssh_passes() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let events = wait_for_file(&out, "events.jsonl", |e| {
-        std::fs::read_to_string(e)
-            .unwrap()
-            .contains("\"kind\":\"ready\"")
-    });
-    let id = run_id(events.parent().unwrap().parent().unwrap().parent().unwrap());
+    let id = wait_until_ready(&out);
     child.kill().unwrap();
     child.wait().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);

@@ -29,7 +29,9 @@ fn steady(a: &crate::analysis::SeriesAnalysis) -> String {
         .unwrap_or_else(|| "n/a".into())
 }
 
-fn value_text(v: &serde_json::Value, unit: &str) -> String {
+/// A check's value or limit as the report writes it (also in
+/// `summary.json`'s expectations).
+pub(crate) fn value_text(v: &serde_json::Value, unit: &str) -> String {
     match (v, unit) {
         (serde_json::Value::Null, _) => "n/a".into(),
         (serde_json::Value::Number(n), "bytes/h") => mib_per_h(n.as_f64()),

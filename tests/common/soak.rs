@@ -120,6 +120,17 @@ pub fn spawn_soak_run(
         .unwrap()
 }
 
+/// Waits until the run writing under `out` has its node ready; its run id.
+#[allow(dead_code)]
+pub fn wait_until_ready(out: &Path) -> String {
+    let events = wait_for_file(out, "events.jsonl", |e| {
+        std::fs::read_to_string(e)
+            .unwrap()
+            .contains("\"kind\":\"ready\"")
+    });
+    run_id(events.parent().unwrap().parent().unwrap().parent().unwrap())
+}
+
 /// The first file named `name` under `dir` that `ready` accepts, within 30 s.
 pub fn wait_for_file(dir: &Path, name: &str, ready: impl Fn(&Path) -> bool) -> PathBuf {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
