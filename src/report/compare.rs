@@ -196,22 +196,118 @@ fn show(v: f64, unit: Unit) -> String {
 /// improvement; counts (lost writes, OOM kills...) regress on any increase.
 pub fn compare(base: &Summary, head: &Summary, threshold: f64) -> Comparison {
     let mut rows = vec![];
-    for h in &head.cells {
-        if let Some(b) = base.cells.iter().find(|b| b.id == h.id) {
-            compare_cell(b, h, threshold, &mut rows);
+    let (bg, hg) = (groups(base), groups(head));
+    for (id, hs) in &hg {
+        let Some((_, bs)) = bg.iter().find(|(b, _)| b == id) else {
+            continue;
+        };
+        match (bs.as_slice(), hs.as_slice()) {
+            ([b], [h]) => compare_cell(b, h, threshold, &mut rows),
+            _ => compare_repeats(id, bs, hs, &mut rows),
         }
     }
-    let only = |a: &Summary, b: &Summary| -> Vec<String> {
-        a.cells
-            .iter()
-            .filter(|c| !b.cells.iter().any(|o| o.id == c.id))
-            .map(|c| c.id.clone())
-            .collect()
+    let only = |a: &[(String, Vec<&CellResult>)], b: &[(String, Vec<&CellResult>)]| {
+        a.iter()
+            .filter(|(id, _)| !b.iter().any(|(o, _)| o == id))
+            .map(|(id, _)| id.clone())
+            .collect::<Vec<String>>()
     };
     Comparison {
         rows,
-        only_base: only(base, head),
-        only_head: only(head, base),
+        only_base: only(&bg, &hg),
+        only_head: only(&hg, &bg),
+    }
+}
+
+/// A run's cells by the cell they run: one each, or a cell's repeats
+/// (`repeat_of`) together.
+fn groups(s: &Summary) -> Vec<(String, Vec<&CellResult>)> {
+    let mut out: Vec<(String, Vec<&CellResult>)> = vec![];
+    for c in &s.cells {
+        let id = c.repeat_of.clone().unwrap_or_else(|| c.id.clone());
+        match out.iter_mut().find(|(g, _)| *g == id) {
+            Some((_, runs)) => runs.push(c),
+            None => out.push((id, vec![c])),
+        }
+    }
+    out
+}
+
+/// A cell that ran more than once on a side: each figure's median and
+/// range; it moved only where the two ranges do not overlap (the runs'
+/// own spread, not a fixed percentage). Counts and verdicts: the worst run.
+fn compare_repeats(id: &str, bs: &[&CellResult], hs: &[&CellResult], rows: &mut Vec<Row>) {
+    use super::markdown::Spread;
+    let row = |what: &str, base: String, head: String, change, judgement| Row {
+        cell: id.to_string(),
+        what: what.to_string(),
+        base,
+        head,
+        change,
+        judgement,
+    };
+    let worst = |cs: &[&CellResult]| Verdict::worst(cs.iter().map(|c| c.verdict));
+    let (vb, vh) = (worst(bs), worst(hs));
+    rows.push(row(
+        "verdict",
+        vb.to_string(),
+        vh.to_string(),
+        None,
+        judge_verdicts(vb, vh),
+    ));
+    for (name, of) in COUNTS {
+        let max = |cs: &[&CellResult]| cs.iter().filter_map(|c| of(c)).reduce(f64::max);
+        let (x, y) = (max(bs), max(hs));
+        if x.is_none() && y.is_none() {
+            continue;
+        }
+        let judgement = match (x, y) {
+            (Some(x), Some(y)) if y > x => Judgement::Regression,
+            (Some(x), Some(y)) if y < x => Judgement::Improvement,
+            _ => Judgement::Same,
+        };
+        let s = |v: Option<f64>| v.map_or("-".into(), |v| show(v, Unit::Count));
+        rows.push(row(name, s(x), s(y), None, judgement));
+    }
+    for f in FIGURES {
+        let spread = |cs: &[&CellResult]| {
+            Spread::of(&cs.iter().filter_map(|c| (f.of)(c)).collect::<Vec<_>>())
+        };
+        let (x, y) = (spread(bs), spread(hs));
+        if x.is_none() && y.is_none() {
+            continue;
+        }
+        let change = match (x, y) {
+            (Some(x), Some(y)) if x.median > 0.0 => Some((y.median - x.median) / x.median),
+            _ => None,
+        };
+        let judgement = match (x, y) {
+            (Some(x), Some(y)) if !x.overlaps(&y) => {
+                if (y.median > x.median) == (f.better == Better::Lower) {
+                    Judgement::Regression
+                } else {
+                    Judgement::Improvement
+                }
+            }
+            _ => Judgement::Same,
+        };
+        let s = |v: Option<Spread>, n: usize| {
+            v.map_or("-".into(), |v| {
+                format!(
+                    "{} ({}–{}, {n} runs)",
+                    show(v.median, f.unit),
+                    show(v.min, f.unit),
+                    show(v.max, f.unit),
+                )
+            })
+        };
+        rows.push(row(
+            f.name,
+            s(x, bs.len()),
+            s(y, hs.len()),
+            change,
+            judgement,
+        ));
     }
 }
 
@@ -411,6 +507,35 @@ mod tests {
 
     fn judged(c: &Comparison, what: &str) -> Judgement {
         c.rows.iter().find(|r| r.what == what).unwrap().judgement
+    }
+
+    /// Three runs a side: a figure moves only where the ranges part.
+    fn repeated(rss: [u64; 3], p99: [u64; 3]) -> Summary {
+        let cells: Vec<serde_json::Value> = (0..3)
+            .map(|i| {
+                json!({
+                    "id": format!("a#{}", i + 1), "repeat_of": "a", "verdict": "pass",
+                    "memory": {"peak_rss_bytes": rss[i]},
+                    "load": {"ops_per_s": 1000.0, "latency_us": {"p99": p99[i]}}
+                })
+            })
+            .collect();
+        serde_json::from_value(json!({"suite": "s", "verdict": "pass", "cells": cells})).unwrap()
+    }
+
+    #[test]
+    fn repeats_are_compared_by_their_spread_not_a_fixed_share() {
+        let base = repeated([100, 110, 120], [1000, 1500, 2000]);
+        // Peak RSS 40% up beyond both ranges: a regression even with a
+        // threshold of 100%; p99 60% up but inside base's range: noise.
+        let head = repeated([150, 160, 170], [1500, 1600, 1700]);
+        let c = compare(&base, &head, 1.0);
+        assert_eq!(judged(&c, "peak RSS"), Judgement::Regression);
+        assert_eq!(judged(&c, "p99"), Judgement::Same);
+        let rss = c.rows.iter().find(|r| r.what == "peak RSS").unwrap();
+        assert_eq!(rss.cell, "a");
+        assert!(rss.base.contains("3 runs"), "{rss:?}");
+        assert!(c.only_base.is_empty() && c.only_head.is_empty());
     }
 
     #[test]
