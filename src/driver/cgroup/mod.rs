@@ -468,6 +468,16 @@ impl Cgroup {
             return None;
         }
         let file = fs::File::open(self.path.join("memory.events")).ok()?;
+        // The parent's counter is hierarchical (cgroup v2's default) and
+        // outlives the container's cgroup: if the engine removes that one
+        // before the watcher thread has read the kill (seen on a busy,
+        // emulated machine), a rise in the parent's during the container's
+        // life is the kill.
+        let parent = self.path.parent().and_then(|p| {
+            let f = fs::File::open(p.join("memory.events")).ok()?;
+            let at_start = read_oom_kills(&f)?;
+            Some((f, at_start))
+        });
         let kills = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (done_tx, done) = tokio::sync::oneshot::channel();
@@ -500,7 +510,12 @@ impl Cgroup {
                 let _ = done_tx.send(());
             })
             .ok()?;
-        Some(OomWatch { kills, stop, done })
+        Some(OomWatch {
+            kills,
+            stop,
+            done,
+            parent,
+        })
     }
 
     /// A handle for reading the same cgroup that never removes it, for
@@ -538,6 +553,8 @@ pub struct OomWatch {
     kills: std::sync::Arc<std::sync::atomic::AtomicU64>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     done: tokio::sync::oneshot::Receiver<()>,
+    /// The parent cgroup's `memory.events`, and its `oom_kill` at the start.
+    parent: Option<(fs::File, u64)>,
 }
 
 impl OomWatch {
@@ -545,7 +562,14 @@ impl OomWatch {
     /// its owner removed it), or after `limit` if it stays.
     pub async fn final_count(mut self, limit: std::time::Duration) -> u64 {
         let _ = tokio::time::timeout(limit, &mut self.done).await;
-        self.kills.load(std::sync::atomic::Ordering::Relaxed)
+        let own = self.kills.load(std::sync::atomic::Ordering::Relaxed);
+        if own > 0 {
+            return own;
+        }
+        self.parent
+            .as_ref()
+            .and_then(|(f, at_start)| Some(read_oom_kills(f)?.saturating_sub(*at_start)))
+            .unwrap_or(0)
     }
 }
 
@@ -553,6 +577,14 @@ impl Drop for OomWatch {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
+}
+
+/// `oom_kill` of an open `memory.events`, read afresh.
+fn read_oom_kills(f: &fs::File) -> Option<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 1024];
+    let n = f.read_at(&mut buf, 0).ok()?;
+    flat_keyed(&String::from_utf8_lossy(&buf[..n]), "oom_kill")
 }
 
 /// `KEY VALUE` of a flat-keyed cgroup file such as `memory.events`.
