@@ -258,16 +258,9 @@ fn compare_repeats(id: &str, bs: &[&CellResult], hs: &[&CellResult], rows: &mut 
     for (name, of) in COUNTS {
         let max = |cs: &[&CellResult]| cs.iter().filter_map(|c| of(c)).reduce(f64::max);
         let (x, y) = (max(bs), max(hs));
-        if x.is_none() && y.is_none() {
-            continue;
+        if let Some((base, head, judgement)) = count_row(x, y) {
+            rows.push(row(name, base, head, None, judgement));
         }
-        let judgement = match (x, y) {
-            (Some(x), Some(y)) if y > x => Judgement::Regression,
-            (Some(x), Some(y)) if y < x => Judgement::Improvement,
-            _ => Judgement::Same,
-        };
-        let s = |v: Option<f64>| v.map_or("-".into(), |v| show(v, Unit::Count));
-        rows.push(row(name, s(x), s(y), None, judgement));
     }
     for f in FIGURES {
         let spread = |cs: &[&CellResult]| {
@@ -311,6 +304,21 @@ fn compare_repeats(id: &str, bs: &[&CellResult], hs: &[&CellResult], rows: &mut 
     }
 }
 
+/// A count on both sides (any increase regresses), shown; `None` when
+/// neither side has it.
+fn count_row(x: Option<f64>, y: Option<f64>) -> Option<(String, String, Judgement)> {
+    if x.is_none() && y.is_none() {
+        return None;
+    }
+    let judgement = match (x, y) {
+        (Some(x), Some(y)) if y > x => Judgement::Regression,
+        (Some(x), Some(y)) if y < x => Judgement::Improvement,
+        _ => Judgement::Same,
+    };
+    let s = |v: Option<f64>| v.map_or("-".into(), |v| show(v, Unit::Count));
+    Some((s(x), s(y), judgement))
+}
+
 fn judge_verdicts(b: Verdict, h: Verdict) -> Judgement {
     match h.cmp(&b) {
         std::cmp::Ordering::Greater => Judgement::Regression,
@@ -337,16 +345,9 @@ fn compare_cell(b: &CellResult, h: &CellResult, threshold: f64, rows: &mut Vec<R
     ));
     for (name, of) in COUNTS {
         let (x, y) = (of(b), of(h));
-        if x.is_none() && y.is_none() {
-            continue;
+        if let Some((base, head, judgement)) = count_row(x, y) {
+            rows.push(row(name, base, head, None, judgement));
         }
-        let judgement = match (x, y) {
-            (Some(x), Some(y)) if y > x => Judgement::Regression,
-            (Some(x), Some(y)) if y < x => Judgement::Improvement,
-            _ => Judgement::Same,
-        };
-        let s = |v: Option<f64>| v.map_or("-".into(), |v| show(v, Unit::Count));
-        rows.push(row(name, s(x), s(y), None, judgement));
     }
     for f in FIGURES {
         let (x, y) = ((f.of)(b), (f.of)(h));
