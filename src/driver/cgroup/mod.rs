@@ -485,18 +485,13 @@ impl Cgroup {
         std::thread::Builder::new()
             .name("soak-oom-watch".into())
             .spawn(move || {
-                use std::os::unix::fs::FileExt;
                 use std::sync::atomic::Ordering::Relaxed;
-                let mut buf = [0u8; 1024];
                 while !st.load(Relaxed) {
                     // A removed cgroup's file no longer reads.
-                    let Ok(n) = file.read_at(&mut buf, 0) else {
+                    let Some(v) = read_oom_kills(&file) else {
                         break;
                     };
-                    let text = String::from_utf8_lossy(&buf[..n]);
-                    if let Some(v) = flat_keyed(&text, "oom_kill") {
-                        k.fetch_max(v, Relaxed);
-                    }
+                    k.fetch_max(v, Relaxed);
                     let mut fds = [nix::poll::PollFd::new(
                         std::os::fd::AsFd::as_fd(&file),
                         nix::poll::PollFlags::POLLPRI,
@@ -546,7 +541,6 @@ impl Drop for Cgroup {
     }
 }
 
-/// The processes listed in a cgroup's `cgroup.procs`.
 /// The kernel's OOM kills in a cgroup, followed as they happen
 /// ([`Cgroup::watch_oom_kills`]).
 pub struct OomWatch {
@@ -584,17 +578,10 @@ fn read_oom_kills(f: &fs::File) -> Option<u64> {
     use std::os::unix::fs::FileExt;
     let mut buf = [0u8; 1024];
     let n = f.read_at(&mut buf, 0).ok()?;
-    flat_keyed(&String::from_utf8_lossy(&buf[..n]), "oom_kill")
+    keyed(&String::from_utf8_lossy(&buf[..n]), "oom_kill")
 }
 
-/// `KEY VALUE` of a flat-keyed cgroup file such as `memory.events`.
-fn flat_keyed(text: &str, key: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once(' ')?;
-        (k == key).then(|| v.trim().parse().ok()).flatten()
-    })
-}
-
+/// The processes listed in a cgroup's `cgroup.procs`.
 pub fn procs_of(path: &Path) -> Vec<i32> {
     fs::read_to_string(path.join("cgroup.procs"))
         .unwrap_or_default()
