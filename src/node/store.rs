@@ -201,13 +201,23 @@ impl Store {
     /// A full manual compaction of every column family, the bottommost
     /// level rewritten too: afterwards every file is in the current
     /// compression and table format (what `COMPACT` asks for, to measure
-    /// a database's size once a migration has run its course).
+    /// a database's size once a migration has run its course). The
+    /// memtables are flushed first, so the write-ahead log goes too. The
+    /// default column family is reached without a handle: a database
+    /// created by this process has none for it (`cf_handle("default")` is
+    /// `None`), and COMPACT once returned at once there, compacting nothing.
     pub fn compact_all(&self) -> Result<(), rocksdb::Error> {
         let mut co = rocksdb::CompactOptions::default();
         co.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::Force);
         co.set_exclusive_manual_compaction(true);
+        self.db.flush()?;
+        self.db.compact_range_opt(None::<&[u8]>, None::<&[u8]>, &co);
         for name in DB::list_cf(&Options::default(), &self.data_dir)? {
+            if name == rocksdb::DEFAULT_COLUMN_FAMILY_NAME {
+                continue;
+            }
             if let Some(cf) = self.db.cf_handle(&name) {
+                self.db.flush_cf(cf)?;
                 self.db
                     .compact_range_cf_opt(cf, None::<&[u8]>, None::<&[u8]>, &co);
             }
