@@ -50,9 +50,10 @@ pub struct RunOptions {
     #[arg(long, value_parser = crate::units::interval)]
     pub interval: Option<Duration>,
     /// Run only the cells whose id matches: a glob (`allocator=je*`), or
-    /// without `*?[`, a part of the id (`storage=small`).
+    /// without `*?[`, a part of the id (`storage=small`). Give it again for
+    /// the cells that match any of the patterns.
     #[arg(long, value_name = "PATTERN")]
-    pub only: Option<String>,
+    pub only: Vec<String>,
     /// Run shard I of N: cell j (in suite order) runs on shard j % N + 1.
     #[arg(long, value_name = "I/N", value_parser = crate::suite::matrix::parse_shard)]
     pub shard: Option<(usize, usize)>,
@@ -175,12 +176,14 @@ fn repeated(cells: Vec<CellDef>, n: u32) -> Vec<(CellDef, Option<String>)> {
 pub fn select_cells(suite: &Suite, opts: &RunOptions) -> Result<Vec<CellDef>, RunError> {
     let mut cells = suite.cells();
     let all = cells.len();
-    if let Some(p) = &opts.only {
-        cells = matrix::only(cells, p);
+    if !opts.only.is_empty() {
+        cells.retain(|c| opts.only.iter().any(|p| matrix::matches(c, p)));
         if cells.is_empty() {
             let ids: Vec<String> = suite.cells().into_iter().map(|c| c.id).collect();
+            let p: Vec<String> = opts.only.iter().map(|p| format!("{p:?}")).collect();
             return Err(RunError::Usage(format!(
-                "--only {p:?} matches none of the {all} cells: {}",
+                "--only {} matches none of the {all} cells: {}",
+                p.join(" --only "),
                 ids.join(" ")
             )));
         }
@@ -281,8 +284,10 @@ pub async fn run(
             Err(e) => Err(e.into()),
         };
         match ran {
-            Ok((mut result, chart)) => {
-                charts.insert(result.id.clone(), chart);
+            Ok(mut result) => {
+                if let Some(chart) = crate::report::charts::of_cell(&dir, &result) {
+                    charts.insert(result.id.clone(), chart);
+                }
                 result.repeat_of.clone_from(repeat_of);
                 results.push(result);
             }
@@ -482,7 +487,7 @@ async fn run_cell(
     placement: Option<&Placement>,
     interrupt: watch::Receiver<bool>,
     progress: &Progress,
-) -> Result<(CellResult, Vec<(f64, u64)>), RunError> {
+) -> Result<CellResult, RunError> {
     let (mut node, cg) = prepare_node(plan, placement).await?;
     let engine = match &node {
         AnyNode::Container(c) => Some(c.engine_info().clone()),
@@ -698,7 +703,7 @@ fn assemble(
     error: Option<CellError>,
     bus: &mut Bus,
     m: CellMeasures,
-) -> (CellResult, Vec<(f64, u64)>) {
+) -> CellResult {
     let memory = memory_summary(plan, &m);
     // The records are complete: the cell's events are over but its verdict.
     let rec: Recorder = std::mem::take(&mut bus.recorder);
@@ -746,7 +751,6 @@ fn assemble(
     for e in &rec.execs {
         files.insert(e.log.clone(), format!("{rel}/{}", e.log));
     }
-    let chart = m.samples.iter().map(|s| (s.t, s.rss)).collect();
     let result = CellResult {
         id: plan.id.clone(),
         params: plan.params.clone(),
@@ -770,7 +774,7 @@ fn assemble(
         expectation,
         repeat_of: None,
     };
-    (result, chart)
+    result
 }
 
 /// What a node's cgroup recorded, from its files and the samples.

@@ -1,8 +1,8 @@
 //! `report.md`: the verdict first, then one section per cell.
 
-use std::collections::BTreeMap;
 use std::io::{self, Write};
 
+use super::charts::CellChart;
 use super::{CellResult, Latency, LoadSummary, Summary, Verdict};
 use crate::units::Bytes;
 
@@ -43,11 +43,7 @@ pub(crate) fn value_text(v: &serde_json::Value, unit: &str) -> String {
     }
 }
 
-pub fn write(
-    w: &mut impl Write,
-    s: &Summary,
-    charts: &BTreeMap<String, Vec<(f64, u64)>>,
-) -> io::Result<()> {
+pub fn write(w: &mut impl Write, s: &Summary, charts: &super::charts::Charts) -> io::Result<()> {
     writeln!(w, "# soak: {} — {}\n", s.suite, badge(s.verdict))?;
     if !s.description.trim().is_empty() {
         for line in s.description.trim().lines() {
@@ -113,7 +109,7 @@ pub fn write(
     load_glance(w, s)?;
     repeats(w, s)?;
     for c in &s.cells {
-        cell(w, c, charts.get(&c.id).map(Vec::as_slice).unwrap_or(&[]))?;
+        cell(w, c, charts.get(&c.id))?;
     }
     Ok(())
 }
@@ -151,7 +147,7 @@ fn ms(l: &LoadSummary, f: impl Fn(&Latency) -> u64) -> String {
         .unwrap_or_else(|| "n/a".into())
 }
 
-fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<()> {
+fn cell(w: &mut impl Write, c: &CellResult, chart: Option<&CellChart>) -> io::Result<()> {
     writeln!(w, "## `{}` — {}\n", c.id, badge(c.verdict))?;
     if let Some(e) = &c.error {
         // The error may quote the node's log, which may hold anything,
@@ -258,7 +254,10 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: &[(f64, u64)]) -> io::Result<
             )?;
         }
     }
-    chart_rss(w, &c.id, chart, m.limit_bytes)?;
+    if let Some(chart) = chart {
+        chart_rss(w, &c.id, &chart.rss, m.limit_bytes)?;
+        chart_parts(w, &c.id, chart)?;
+    }
     if !c.restarts.is_empty() {
         restarts(w, &c.restarts)?;
     }
@@ -542,6 +541,92 @@ fn chart_rss(
     if let Some(l) = limit {
         let flat: Vec<String> = picked.iter().map(|_| format!("{:.1}", mib(l))).collect();
         writeln!(w, "    line [{}]", flat.join(", "))?;
+    }
+    writeln!(w, "```\n")
+}
+
+/// Colours of the lines in [`chart_parts`], in order, with their names for
+/// the legend (mermaid's xychart draws none).
+const PALETTE: &[(&str, &str)] = &[
+    ("#1f77b4", "blue"),
+    ("#ff7f0e", "orange"),
+    ("#2ca02c", "green"),
+    ("#d62728", "red"),
+    ("#9467bd", "purple"),
+    ("#8c564b", "brown"),
+    ("#e377c2", "pink"),
+    ("#7f7f7f", "grey"),
+    ("#bcbd22", "olive"),
+    ("#17becf", "cyan"),
+];
+
+/// Where the memory went: the node's own figures (RocksDB's, the
+/// allocator's, a JVM's) beside its RSS, charted on one time axis, and
+/// their peaks and last values in a table.
+fn chart_parts(w: &mut impl Write, id: &str, chart: &CellChart) -> io::Result<()> {
+    if chart.parts.is_empty() {
+        return Ok(());
+    }
+    let rss: Vec<(f64, f64)> = chart.rss.iter().map(|&(t, b)| (t, b as f64)).collect();
+    let mut lines: Vec<(&str, &[(f64, f64)])> = vec![];
+    if rss.len() >= 2 {
+        lines.push(("RSS", &rss));
+    }
+    lines.extend(chart.parts.iter().map(|p| (p.label, p.points.as_slice())));
+    lines.truncate(PALETTE.len());
+    let mib = |b: f64| b / (1024.0 * 1024.0);
+    writeln!(
+        w,
+        "**Where the memory went** (the node's own figures beside its RSS):\n\n| series | peak | last |\n|---|---:|---:|"
+    )?;
+    for (label, points) in &lines {
+        let peak = points.iter().map(|p| p.1).fold(0.0, f64::max);
+        let last = points.last().map_or(0.0, |p| p.1);
+        writeln!(
+            w,
+            "| {label} | {} | {} |",
+            Bytes(peak as u64),
+            Bytes(last as u64)
+        )?;
+    }
+    const MAX: usize = 60;
+    let t_end = lines
+        .iter()
+        .filter_map(|(_, p)| p.last().map(|x| x.0))
+        .fold(0.0, f64::max);
+    let grid: Vec<f64> = (0..MAX)
+        .map(|i| t_end * i as f64 / (MAX - 1) as f64)
+        .collect();
+    // Each line's value at a grid time: its last sample at or before it.
+    let at = |points: &[(f64, f64)], t: f64| -> f64 {
+        let i = points.partition_point(|p| p.0 <= t);
+        points[i.saturating_sub(1)].1
+    };
+    let top = lines
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|x| mib(x.1)))
+        .fold(0.0, f64::max)
+        * 1.1;
+    let legend: Vec<String> = lines
+        .iter()
+        .zip(PALETTE)
+        .map(|((label, _), (_, colour))| format!("{label} {colour}"))
+        .collect();
+    let palette: Vec<&str> = PALETTE.iter().take(lines.len()).map(|p| p.0).collect();
+    writeln!(
+        w,
+        "\nLines: {}.\n\n```mermaid\n%%{{init: {{\"themeVariables\": {{\"xyChart\": {{\"plotColorPalette\": \"{}\"}}}}}}}}%%\nxychart-beta\n    title \"Memory of {id} (MiB)\"",
+        legend.join(", "),
+        palette.join(", ")
+    )?;
+    writeln!(w, "    x-axis \"seconds\" 0 --> {:.0}", t_end.ceil())?;
+    writeln!(w, "    y-axis \"MiB\" 0 --> {:.0}", top.ceil().max(1.0))?;
+    for (_, points) in &lines {
+        let series: Vec<String> = grid
+            .iter()
+            .map(|&t| format!("{:.1}", mib(at(points, t))))
+            .collect();
+        writeln!(w, "    line [{}]", series.join(", "))?;
     }
     writeln!(w, "```\n")
 }

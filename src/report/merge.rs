@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
+use super::charts::{self, Charts};
 use super::{Summary, Verdict};
 
 /// Why a report could not be made: the inputs (exit 2), or the place to
@@ -29,9 +30,6 @@ impl From<String> for ReportError {
     }
 }
 
-/// Charts of every cell: the RSS samples, from each cell's `samples.csv`.
-pub type Charts = BTreeMap<String, Vec<(f64, u64)>>;
-
 /// A run's summary, read from its report folder.
 pub fn load(dir: &Path) -> Result<Summary, String> {
     let file = dir.join("summary.json");
@@ -49,40 +47,10 @@ pub fn load(dir: &Path) -> Result<Summary, String> {
     })
 }
 
-/// The RSS series of every cell, read from the files the summary names
-/// (relative to `dir`); a cell without samples gets no chart.
-pub fn charts(dir: &Path, s: &Summary) -> Charts {
-    s.cells
-        .iter()
-        .filter_map(|c| {
-            let file = dir.join(c.files.get("samples.csv")?);
-            Some((c.id.clone(), rss_series(&file)))
-        })
-        .collect()
-}
-
-fn rss_series(file: &Path) -> Vec<(f64, u64)> {
-    let Ok(text) = std::fs::read_to_string(file) else {
-        return vec![];
-    };
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap_or("").split(',').collect();
-    let col = |name: &str| header.iter().position(|h| *h == name);
-    let (Some(t), Some(rss)) = (col("t_s"), col("rss_bytes")) else {
-        return vec![];
-    };
-    lines
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            Some((f.get(t)?.parse().ok()?, f.get(rss)?.parse().ok()?))
-        })
-        .collect()
-}
-
 /// Renders `report.md` of the run in `dir` again.
 pub fn render(dir: &Path) -> Result<Summary, ReportError> {
     let s = load(dir)?;
-    super::write_rendered(dir, &s, &charts(dir, &s))
+    super::write_rendered(dir, &s, &charts::of_run(dir, &s))
         .map_err(|e| ReportError::Environment(format!("cannot write in {}: {e}", dir.display())))?;
     Ok(s)
 }
@@ -161,7 +129,7 @@ pub fn merge(dirs: &[PathBuf], out: Option<&Path>) -> Result<(Summary, PathBuf),
             cells.push(c);
         }
         per_run.push(cells.into_iter());
-        charts.extend(self::charts(dir, s));
+        charts.extend(charts::of_run(dir, s));
         merged.merged.push(format!(
             "{}run `{}` ({})",
             s.shard

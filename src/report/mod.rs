@@ -2,12 +2,12 @@
 //! versioned contract) and `report.md` (GitHub-flavoured, charts as mermaid
 //! `xychart-beta` so they render in a pull request comment).
 
+pub mod charts;
 pub mod compare;
 pub mod junit;
 pub mod markdown;
 pub mod merge;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 pub use crate::model::*;
@@ -16,11 +16,7 @@ pub use crate::units::human_duration;
 
 /// Writes `summary.json`, `report.md` and `junit.xml` into `dir`,
 /// replacing them.
-pub fn write_all(
-    dir: &Path,
-    summary: &Summary,
-    charts: &BTreeMap<String, Vec<(f64, u64)>>,
-) -> std::io::Result<()> {
+pub fn write_all(dir: &Path, summary: &Summary, charts: &charts::Charts) -> std::io::Result<()> {
     let json = serde_json::to_string_pretty(summary).map_err(std::io::Error::other)?;
     std::fs::write(dir.join("summary.json"), json + "\n")?;
     write_rendered(dir, summary, charts)
@@ -31,7 +27,7 @@ pub fn write_all(
 pub fn write_rendered(
     dir: &Path,
     summary: &Summary,
-    charts: &BTreeMap<String, Vec<(f64, u64)>>,
+    charts: &charts::Charts,
 ) -> std::io::Result<()> {
     let mut md = Vec::new();
     markdown::write(&mut md, summary, charts)?;

@@ -343,20 +343,14 @@ impl Matrix {
     }
 }
 
-/// `--only`: a glob (`*`, `?`, `[...]`) over cell ids; without glob
-/// characters, a substring of the id.
-pub fn only(cells: Vec<CellDef>, pattern: &str) -> Vec<CellDef> {
-    let glob = pattern.contains(['*', '?', '[']);
-    cells
-        .into_iter()
-        .filter(|c| {
-            if glob {
-                crate::glob::glob_match(pattern.as_bytes(), c.id.as_bytes())
-            } else {
-                c.id.contains(pattern)
-            }
-        })
-        .collect()
+/// Whether `--only PATTERN` selects the cell: a glob (`*`, `?`, `[...]`)
+/// over cell ids; without glob characters, a substring of the id.
+pub fn matches(cell: &CellDef, pattern: &str) -> bool {
+    if pattern.contains(['*', '?', '[']) {
+        crate::glob::glob_match(pattern.as_bytes(), cell.id.as_bytes())
+    } else {
+        cell.id.contains(pattern)
+    }
 }
 
 /// `--shard I/N`: cell `j` (in suite order) runs on shard `j % N + 1`, the
@@ -464,6 +458,9 @@ mod tests {
         let all = m.cells();
         assert_eq!(all.len(), 6);
         let ids = |cs: Vec<CellDef>| cs.into_iter().map(|c| c.id).collect::<Vec<_>>();
+        let only = |cs: Vec<CellDef>, p: &str| -> Vec<CellDef> {
+            cs.into_iter().filter(|c| matches(c, p)).collect()
+        };
         assert_eq!(ids(only(all.clone(), "a=y,*")), ["a=y,b=1", "a=y,b=2"]);
         assert_eq!(
             ids(only(all.clone(), "b=2")),
