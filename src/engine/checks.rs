@@ -11,7 +11,8 @@ use crate::model::{
     Verdict,
 };
 use crate::suite::checks::{
-    DiskCheck, GrowthCheck, LatencyCheck, PeakCheck, RestartTimeCheck, Series, ThroughputCheck,
+    DiskCheck, GrowthCheck, GrowthFrom, LatencyCheck, PeakCheck, RestartTimeCheck, Series,
+    ThroughputCheck,
 };
 use crate::suite::{Checks, CountCheck, Severity};
 
@@ -194,31 +195,54 @@ fn disk(d: &DiskCheck, peak: u64) -> Option<CheckResult> {
 }
 
 /// The data directory at the end over its size after the first phase that
-/// left data; fails when no phase left any (nothing to compare is not a
-/// pass).
+/// left data (or before the first upgrade, with `from: upgrade`); fails
+/// when there is nothing to compare (no comparison is not a pass). The
+/// detail names the largest growth on the way, after which phase: an
+/// upgrade that doubled the database until a compaction shows there.
 fn disk_growth(d: &DiskCheck, phases: &[PhaseRecord]) -> Option<CheckResult> {
     let ratio = d.max_growth?;
-    let sizes: Vec<u64> = phases
-        .iter()
-        .filter_map(|p| p.disk_bytes)
-        .filter(|b| *b > 0)
-        .collect();
-    let (first, last) = (sizes.first(), sizes.last());
+    let left = |p: &PhaseRecord| p.disk_bytes.filter(|b| *b > 0);
+    let (base, base_at) = match d.from {
+        GrowthFrom::First => (
+            phases.iter().position(|p| left(p).is_some()),
+            "after the first phase",
+        ),
+        GrowthFrom::Upgrade => {
+            let swap = phases.iter().position(|p| {
+                p.phase.starts_with("upgrade to ") || p.phase.starts_with("downgrade to ")
+            });
+            let before = swap.and_then(|i| phases[..i].iter().rposition(|p| left(p).is_some()));
+            (before, "before the upgrade")
+        }
+    };
+    let first = base.and_then(|i| left(&phases[i]));
+    let last = phases.iter().rev().find_map(left);
     let growth = match (first, last) {
-        (Some(a), Some(b)) => Some(*b as f64 / *a as f64),
+        (Some(a), Some(b)) => Some(b as f64 / a as f64),
         _ => None,
     };
+    let largest = base.and_then(|i| {
+        phases[i..]
+            .iter()
+            .filter_map(|p| Some((left(p)?, p.phase.as_str())))
+            .max_by_key(|(b, _)| *b)
+    });
     Some(CheckResult {
         name: "disk growth".into(),
         verdict: verdict_of(growth.is_some_and(|g| g <= ratio), d.severity),
         value: opt(growth.map(|g| (g * 1000.0).round() / 1000.0)),
         limit: ratio.into(),
-        detail: Some(match (first, last) {
-            (Some(a), Some(b)) => format!(
-                "{} after the first phase, {} at the end",
-                crate::units::Bytes(*a),
-                crate::units::Bytes(*b)
+        detail: Some(match (first, last, largest) {
+            (Some(a), Some(b), Some((peak, after))) => format!(
+                "{} {base_at}, {} at the end; at most {} ({:.2}x), after `{after}`",
+                crate::units::Bytes(a),
+                crate::units::Bytes(b),
+                crate::units::Bytes(peak),
+                peak as f64 / a as f64
             ),
+            _ if d.from == GrowthFrom::Upgrade => {
+                "no phase before the upgrade left data to compare".into()
+            }
             _ => "no phase left data to compare".into(),
         }),
         unit: "x".into(),
@@ -384,6 +408,58 @@ mod tests {
         assert_eq!(
             (r[0].verdict, r[0].value.clone()),
             (Verdict::Pass, 1.5.into())
+        );
+    }
+
+    /// `from: upgrade`: the size before the first upgrade is the baseline
+    /// (not the load's, which holds the write-ahead log), and the detail
+    /// names the largest size on the way: a doubling that a compaction
+    /// undid passes, and says so.
+    #[test]
+    fn disk_growth_from_the_upgrade_names_the_largest_size_on_the_way() {
+        let c = checks("disk: { max_growth: 1.5, from: upgrade }");
+        let (i, m) = (Integrity::default(), MemorySummary::default());
+        let phase = |name: &str, b| PhaseRecord {
+            phase: name.into(),
+            start_s: 0.0,
+            end_s: 1.0,
+            outcome: String::new(),
+            load: None,
+            disk_bytes: Some(b),
+        };
+        let phases = [
+            phase("load", 400),
+            phase("exec compact", 100),
+            phase("upgrade to lz4", 110),
+            phase("run 1m", 210),
+            phase("exec compact", 105),
+        ];
+        let judged = |phases: &[PhaseRecord]| {
+            evaluate(
+                &c,
+                &Measured {
+                    phases,
+                    ..nothing(&i, &m)
+                },
+            )
+            .remove(0)
+        };
+        let r = judged(&phases);
+        assert_eq!((r.verdict, r.value), (Verdict::Pass, 1.05.into()));
+        assert_eq!(
+            r.detail.as_deref(),
+            Some(
+                "100 B before the upgrade, 105 B at the end; at most 210 B (2.10x), after `run 1m`"
+            )
+        );
+        let r = judged(&phases[..4]);
+        assert_eq!((r.verdict, r.value), (Verdict::Fail, 2.1.into()));
+        // No upgrade ran (the cell failed before it): nothing to compare.
+        let r = judged(&phases[..2]);
+        assert_eq!(r.verdict, Verdict::Fail);
+        assert_eq!(
+            r.detail.as_deref(),
+            Some("no phase before the upgrade left data to compare")
         );
     }
 

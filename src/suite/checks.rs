@@ -171,15 +171,34 @@ pub struct PeakCheck {
 
 /// `disk: { max: 4GiB }`: the data directory's largest size;
 /// `disk: { max_growth: 1.5 }`: its size at the end over its size at the
-/// end of the first phase that left data (an upgrade that doubles the
+/// end of the first phase that left data, or with `from: upgrade`, over
+/// its size before the first upgrade (an upgrade that doubles the
 /// database shows as 2.0).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DiskCheck {
     pub max: Option<Size>,
     pub max_growth: Option<f64>,
+    /// What `max_growth` compares the end with: `first` (the default),
+    /// the size after the first phase that left data; `upgrade`, the size
+    /// before the first `upgrade` or `downgrade` phase (compact before it
+    /// for a settled figure: right after a load, the write-ahead log still
+    /// holds every value uncompressed).
+    #[serde(default)]
+    pub from: GrowthFrom,
     #[serde(default)]
     pub severity: Severity,
+}
+
+/// What a disk-growth check compares the data directory's final size with.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum GrowthFrom {
+    #[default]
+    First,
+    Upgrade,
 }
 
 /// `throughput: { min: 5000/s }`: acknowledged operations per second of load.
@@ -336,6 +355,18 @@ impl Checks {
                 out.push((
                     "checks.disk.max_growth".into(),
                     "a ratio above 0, e.g. 1.5 for half as large again".into(),
+                ));
+            }
+            let swaps = s.phases.iter().any(|p| {
+                matches!(
+                    p,
+                    crate::suite::Phase::Upgrade(_) | crate::suite::Phase::Downgrade(_)
+                )
+            });
+            if d.from == GrowthFrom::Upgrade && !swaps {
+                out.push((
+                    "checks.disk.from".into(),
+                    "`from: upgrade` compares with the size before the first upgrade, and the suite has no `upgrade` or `downgrade` phase: add one, or leave `from` out".into(),
                 ));
             }
         }
