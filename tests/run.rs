@@ -225,55 +225,6 @@ fn repeated_cells_give_a_spread_and_say_what_is_beyond_it() {
     );
 }
 
-/// HDDS-16728 in small, on the JVM reference node: with 32 event loops,
-/// each with its own pool of 4 MiB direct-buffer chunks, the node is
-/// OOM-killed under a 192 MiB limit while its heap is far below `-Xmx64m`;
-/// with 2 event loops it is not. Both as the suite expects, so it passes.
-#[test]
-fn the_jvm_node_is_oom_killed_by_its_event_loops_pools_not_its_heap() {
-    require_tool("javac", "openjdk-17-jdk-headless");
-    let built = Command::new(common::soak::suite("nodes/jvm/build"))
-        .status()
-        .unwrap();
-    assert!(built.success(), "nodes/jvm/build failed");
-    // Full length: the pools grow with the replies each loop serves, and
-    // a busy machine serves fewer in a shortened run.
-    let run = soak_run("suites/jvm-event-loops.yaml", &[]);
-    assert_eq!(run.code(), 0, "{}", run.stderr());
-    let cells = &run.summary().cells;
-    let many = cells.iter().find(|c| c.id == "loops=32").unwrap();
-    assert!(many.memory.oom_kills >= 1, "{:?}", many.memory);
-    assert!(many.expectation.as_ref().unwrap().reproduced());
-    assert_eq!(many.integrity.lost, 0, "{:?}", many.integrity);
-    // The pools held mostly free space: the incident's "98.5% free".
-    let free = many.memory.allocator_free_share.unwrap();
-    assert!(free > 0.8, "{:?}", many.memory);
-    let few = cells.iter().find(|c| c.id == "loops=2").unwrap();
-    assert_eq!(few.memory.oom_kills, 0);
-    assert!(few.memory.peak_cgroup_bytes < 192 << 20);
-    // The heap never came near -Xmx64m where the kernel killed the node.
-    let metrics = std::fs::read_to_string(
-        run.report_dir
-            .as_ref()
-            .unwrap()
-            .join(&many.files["metrics.csv"]),
-    )
-    .unwrap();
-    let heap_max = metrics
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split(',');
-            let (_, name, v) = (f.next()?, f.next()?, f.next()?);
-            (name == "jvm_heap_used_bytes").then_some(v)
-        })
-        .filter_map(|v| v.trim().parse::<f64>().ok())
-        .fold(0.0, f64::max);
-    assert!(
-        heap_max > 0.0 && heap_max < 48.0 * 1048576.0,
-        "heap peaked at {heap_max}"
-    );
-}
-
 fn check_of<'a>(c: &'a soak::model::CellResult, name: &str) -> &'a CheckResult {
     c.checks
         .iter()
