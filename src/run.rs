@@ -619,7 +619,7 @@ fn memory_summary(plan: &CellPlan, m: &CellMeasures) -> MemorySummary {
     let held_free = m
         .scrapes
         .as_ref()
-        .and_then(|s| prometheus::held_free(&s.last));
+        .and_then(|s| prometheus::held_free(&s.largest));
     MemorySummary {
         peak_rss_bytes: rss.peak,
         peak_pss_bytes: pss.peak,
@@ -637,7 +637,7 @@ fn memory_summary(plan: &CellPlan, m: &CellMeasures) -> MemorySummary {
         fragmentation: m
             .scrapes
             .as_ref()
-            .and_then(|s| prometheus::fragmentation(&s.last)),
+            .and_then(|s| prometheus::fragmentation(&s.largest)),
         allocator_free_bytes: held_free.map(|h| h.0),
         allocator_free_share: held_free.map(|h| h.1),
         scrapes: m.scrapes.as_ref().map(|s| ScrapeSummary {

@@ -319,7 +319,8 @@ fn arenas_glibcs_default_arenas_hold_half_again_as_much_per_allocated_byte() {
     let free = glibc.allocator_free_share.unwrap();
     assert!(free > 0.4, "{glibc:?}");
     let report = report(&run);
-    let line =
-        format!("**Allocator:** resident / allocated = {default:.2} at the last scrape; it held ");
+    let line = format!(
+        "**Allocator:** resident / allocated = {default:.2} where the node was largest; it held "
+    );
     assert!(report.contains(&line), "no {line:?} in\n{report}");
 }

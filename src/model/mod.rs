@@ -351,12 +351,13 @@ pub struct MemorySummary {
     pub oom_kills: u64,
     pub samples: usize,
     pub peak_disk_bytes: u64,
-    /// The process's RSS over the bytes its program allocated, at the last
-    /// scrape, where the node reports its allocator's statistics on its
-    /// Prometheus endpoint (the same way for every allocator).
+    /// The process's RSS over the bytes its program allocated, at the
+    /// scrape where the node was largest (its highest RSS), where the node
+    /// reports its allocator's statistics on its Prometheus endpoint (the
+    /// same way for every allocator).
     pub fragmentation: Option<f64>,
-    /// The bytes the allocator held free at the last scrape, and their
-    /// share of all it held (free and allocated).
+    /// The bytes the allocator held free at that scrape, and their share
+    /// of all it held (free and allocated).
     #[serde(default)]
     pub allocator_free_bytes: Option<u64>,
     #[serde(default)]

@@ -242,7 +242,7 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: Option<&CellChart>) -> io::Re
         };
         writeln!(
             w,
-            "**Allocator:** resident / allocated = {f:.2} at the last scrape{free}.\n"
+            "**Allocator:** resident / allocated = {f:.2} where the node was largest{free}.\n"
         )?;
     }
     if let Some(s) = &m.scrapes {

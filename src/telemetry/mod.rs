@@ -298,6 +298,12 @@ pub struct ScrapeStats {
     pub last_error: Option<String>,
     /// The newest non-empty scrape.
     pub last: BTreeMap<String, f64>,
+    /// The scrape where the node was largest (its RSS, or else the
+    /// allocator's resident bytes), the newest of equals: where the
+    /// allocator's figures are read. The last scrape may be of a node just
+    /// restarted after an OOM kill, which holds nothing yet.
+    pub largest: BTreeMap<String, f64>,
+    largest_resident: f64,
 }
 
 /// Scrapes a Prometheus endpoint at an interval into `metrics.csv`.
@@ -346,6 +352,11 @@ impl Scraper {
                                     let _ = writeln!(file, "{t:.3},{},{v}", k.replace(',', ";"));
                                 }
                                 let _ = file.flush();
+                                let resident = prometheus::resident(&series).unwrap_or(0.0);
+                                if resident >= stats.largest_resident {
+                                    stats.largest_resident = resident;
+                                    stats.largest = series.clone();
+                                }
                                 stats.last = series;
                             }
                             Err(e) => {

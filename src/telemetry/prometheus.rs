@@ -103,9 +103,14 @@ fn find(series: &BTreeMap<String, f64>, prefix: &str) -> Option<f64> {
 /// the JVM node's direct-buffer pools).
 pub fn fragmentation(series: &BTreeMap<String, f64>) -> Option<f64> {
     let allocated = find(series, "allocator_allocated_bytes").filter(|a| *a > 0.0)?;
-    let resident = find(series, "process_resident_memory_bytes")
-        .or_else(|| find(series, "allocator_resident_bytes"))?;
-    Some(resident / allocated)
+    Some(resident(series)? / allocated)
+}
+
+/// The node's resident bytes: its process's RSS, or else the allocator's
+/// own resident figure.
+pub fn resident(series: &BTreeMap<String, f64>) -> Option<f64> {
+    find(series, "process_resident_memory_bytes")
+        .or_else(|| find(series, "allocator_resident_bytes"))
 }
 
 /// The bytes the allocator holds free (`allocator_free_bytes`: glibc's
