@@ -14,6 +14,7 @@ pub mod doctor;
 pub mod driver;
 pub mod engine;
 pub mod exit;
+pub mod faults;
 pub mod glob;
 pub mod lock;
 pub mod model;

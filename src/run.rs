@@ -27,7 +27,7 @@ use crate::model::{
 };
 use crate::plan::{self, CellPlan, PlanError, RunContext};
 use crate::progress::Progress;
-use crate::suite::{matrix, CellDef, Suite, SuiteError};
+use crate::suite::{matrix, CellDef, Phase, Suite, SuiteError};
 use crate::telemetry::{prometheus, Sample, Sampler, ScrapeStats, Scraper, Target};
 use crate::workload::{Engine, LoadStats};
 
@@ -511,7 +511,17 @@ async fn run_cell(
             AnyNode::Process(_) => None,
         },
     };
-    let mut load = plan.load.clone().map(Engine::new);
+    // With `network` phases, the load connects through soak's proxy (the
+    // read-backs do not: they judge the data, not the network).
+    let network = match (&plan.load, uses_network(&suite.phases)) {
+        (Some(l), true) => Some(Arc::new(start_proxy(&l.target, plan.seed).await?)),
+        _ => None,
+    };
+    let mut load_cfg = plan.load.clone();
+    if let (Some(c), Some(p)) = (load_cfg.as_mut(), &network) {
+        c.target = p.addr().to_string();
+    }
+    let mut load = load_cfg.map(Engine::new);
     if let Some(l) = load.as_mut() {
         l.set_origin(origin.into_std());
         l.log_intervals(&plan.dir.join("latency.csv"), plan.interval, origin);
@@ -539,6 +549,7 @@ async fn run_cell(
         scale: plan.scale,
         versions: plan.versions.clone(),
         readback_after_restart: plan.readback_after_restart,
+        network: network.clone(),
     };
     let verify_target = plan
         .load
@@ -589,6 +600,7 @@ async fn run_cell(
         }
     }
     let measured = CellMeasures {
+        network: network.as_ref().map(|p| p.stats()),
         load: load.as_ref().map(|l| l.stats()),
         samples,
         scrapes,
@@ -607,6 +619,29 @@ struct CellMeasures {
     cgroup: Option<CgroupSummary>,
     oom_kills: u64,
     engine: Option<crate::model::EngineInfo>,
+    network: Option<crate::model::NetworkStats>,
+}
+
+/// Whether any phase (inside a `repeat` too) sets network faults.
+fn uses_network(phases: &[Phase]) -> bool {
+    phases.iter().any(|p| match p {
+        Phase::Network(_) => true,
+        Phase::Repeat { phases, .. } => uses_network(phases),
+        _ => false,
+    })
+}
+
+/// The proxy in front of the load's target (`HOST:PORT`).
+async fn start_proxy(target: &str, seed: u64) -> Result<crate::faults::proxy::Proxy, RunError> {
+    let env = |e: String| RunError::Environment(e);
+    let upstream = tokio::net::lookup_host(target)
+        .await
+        .map_err(|e| env(format!("the load's target {target}: {e}")))?
+        .next()
+        .ok_or_else(|| env(format!("the load's target {target} has no address")))?;
+    crate::faults::proxy::Proxy::start(upstream, seed)
+        .await
+        .map_err(|e| env(format!("cannot start the network proxy for {target}: {e}")))
 }
 
 fn memory_summary(plan: &CellPlan, m: &CellMeasures) -> MemorySummary {
@@ -773,6 +808,7 @@ fn assemble(
         engine: m.engine,
         expectation,
         repeat_of: None,
+        network: m.network,
     };
     result
 }

@@ -1314,3 +1314,68 @@ fn nodes_that_are_not_resp_servers_are_told_ready_by_http_log_or_a_command() {
     assert_eq!(run.code(), 3, "{}", run.stderr());
     assert!(run.stderr().contains("/health"), "{}", run.stderr());
 }
+
+/// `network` phases put soak's fault proxy between the load and the node:
+/// 50 ms of latency shows in that phase's latency and not in the one
+/// before; a blackhole makes requests time out (writes in doubt), never
+/// lost; once cleared the load goes on, and the report counts what the
+/// proxy did.
+#[test]
+fn network_faults_show_as_latency_and_timeouts_never_as_lost_writes() {
+    let run = soak_run("tests/suites/network.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = run.cell();
+    let phase = |name: &str| {
+        c.phases
+            .iter()
+            .find(|p| p.phase == name)
+            .unwrap_or_else(|| panic!("no phase {name}: {:?}", c.phases))
+    };
+    let p50 = |i: usize| {
+        let runs: Vec<_> = c.phases.iter().filter(|p| p.phase == "run 2s").collect();
+        runs[i]
+            .load
+            .as_ref()
+            .unwrap()
+            .latency_us
+            .as_ref()
+            .unwrap()
+            .p50
+    };
+    assert!(p50(0) < 25_000, "before: p50 {} us", p50(0));
+    assert!(p50(1) >= 50_000, "with 50 ms: p50 {} us", p50(1));
+    assert_eq!(
+        phase("network latency 50ms").outcome,
+        "network: latency 50ms"
+    );
+    let blackholed = c
+        .phases
+        .iter()
+        .filter(|p| p.phase == "run 2s")
+        .nth(2)
+        .unwrap();
+    assert!(
+        blackholed.load.as_ref().unwrap().errors > 0,
+        "{blackholed:?}"
+    );
+    let after = c
+        .phases
+        .iter()
+        .filter(|p| p.phase == "run 2s")
+        .nth(3)
+        .unwrap();
+    let after = after.load.as_ref().unwrap();
+    assert!(after.writes_per_s > 10.0, "{after:?}");
+    let i = &c.integrity;
+    assert_eq!((i.lost, i.corrupted), (0, 0), "{i:?}");
+    assert!(i.in_doubt > 0, "{i:?}");
+    let n = c.network.expect("the proxy's figures");
+    assert!(n.chunks_delayed > 0 && n.bytes_blackholed > 0, "{n:?}");
+    assert!(n.connections > 4, "reconnected after the timeouts: {n:?}");
+    let report =
+        std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+    assert!(
+        report.contains("**Network faults** (soak's proxy"),
+        "{report}"
+    );
+}

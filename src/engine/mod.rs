@@ -82,6 +82,9 @@ pub struct Context {
     /// Read every key back after an unclean restart, before the load
     /// writes again (`workload.readback_after_restart`, default on).
     pub readback_after_restart: bool,
+    /// The network fault proxy the load connects through, where the
+    /// suite has `network` phases.
+    pub network: Option<std::sync::Arc<crate::faults::proxy::Proxy>>,
 }
 
 /// Why the node is down, when soak took it down or saw it die.
@@ -829,6 +832,25 @@ impl<'a, N: Node> Cell<'a, N> {
         Ok(text)
     }
 
+    /// Puts the phase's network faults in force on the proxy.
+    fn network(&mut self, n: &crate::suite::NetworkSpec) -> Result<String, CellError> {
+        let Some(p) = &self.ctx.network else {
+            return Err(CellError::Setup(
+                "`network` faults need the built-in load, which connects through soak's proxy"
+                    .into(),
+            ));
+        };
+        p.set(crate::faults::proxy::Toxics {
+            latency: n.latency,
+            jitter: n.jitter,
+            bandwidth: n.bandwidth,
+            blackhole: n.blackhole,
+            reset: n.reset,
+            slow_close: n.slow_close,
+        });
+        Ok(format!("network: {n}"))
+    }
+
     pub async fn run_phase(&mut self, phase: &Phase) -> Result<String, CellError> {
         let scale = self.ctx.scale;
         self.phase_counter += 1;
@@ -847,6 +869,7 @@ impl<'a, N: Node> Cell<'a, N> {
                 Ok("waited".into())
             }
             Phase::Kill(sig) => self.kill(sig.0, Cause::Kill).await,
+            Phase::Network(n) => self.network(n),
             Phase::Start => {
                 let ms = self.start().await?;
                 Ok(format!("ready after {ms} ms"))

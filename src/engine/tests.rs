@@ -235,6 +235,7 @@ async fn run_with(
         ..Default::default()
     };
     let ctx = Context {
+        network: None,
         dir: dir.path().to_path_buf(),
         vars: Default::default(),
         run_id: "test".into(),

@@ -187,6 +187,27 @@ pub struct CellResult {
     /// With `--repeat N`: the cell this run repeats (its id without `#i`).
     #[serde(default)]
     pub repeat_of: Option<String>,
+    /// What soak's network proxy did, where `network` phases set faults
+    /// between the load and the node.
+    #[serde(default)]
+    pub network: Option<NetworkStats>,
+}
+
+/// What the network fault proxy between the load and the node did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct NetworkStats {
+    /// Connections the load opened through it.
+    pub connections: u64,
+    /// Connections it reset (`reset: true`).
+    pub resets: u64,
+    /// Bytes delivered from the load to the node, and back.
+    pub bytes_to_node: u64,
+    pub bytes_to_load: u64,
+    /// Bytes accepted and dropped (`blackhole: true`).
+    pub bytes_blackholed: u64,
+    /// Replies delivered later than they came (`latency`, `jitter`).
+    pub chunks_delayed: u64,
 }
 
 /// A Docker engine, as the report names it.

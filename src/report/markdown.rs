@@ -230,6 +230,18 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: Option<&CellChart>) -> io::Re
             }
         )?;
     }
+    if let Some(n) = &c.network {
+        writeln!(
+            w,
+            "**Network faults** (soak's proxy between the load and the node): {} connections, {} to the node and {} back, {} blackholed, {} replies delayed, {} connections reset.\n",
+            n.connections,
+            Bytes(n.bytes_to_node),
+            Bytes(n.bytes_to_load),
+            Bytes(n.bytes_blackholed),
+            n.chunks_delayed,
+            n.resets
+        )?;
+    }
     series_table(w, m)?;
     if let Some(f) = m.fragmentation {
         let free = match (m.allocator_free_bytes, m.allocator_free_share) {

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 pub use checks::{Checks, CountCheck, Severity};
 pub use matrix::{CellDef, Matrix};
-pub use phase::{Action, ChaosSpec, ExecSpec, Phase};
+pub use phase::{Action, ChaosSpec, ExecSpec, NetworkSpec, Phase};
 pub use values::{Count, Dur, GrowthRate, LoadRate, Rate, Sig, Size, SizeRange};
 
 use allocator::Profile;
@@ -614,7 +614,11 @@ impl Suite {
             let word = p.word();
             let needs_load = matches!(
                 p,
-                Phase::Load | Phase::Run(_) | Phase::Verify | Phase::VerifyOffline
+                Phase::Load
+                    | Phase::Run(_)
+                    | Phase::Verify
+                    | Phase::VerifyOffline
+                    | Phase::Network(_)
             );
             let needs_running = matches!(
                 p,
@@ -630,7 +634,11 @@ impl Suite {
             if needs_load && self.workload.is_none() {
                 out.push((
                     path,
-                    format!("`{word}` needs a workload: add a `workload:` section"),
+                    if word == "network" {
+                        "`network` faults sit between the built-in load and the node: add a `workload:` section".into()
+                    } else {
+                        format!("`{word}` needs a workload: add a `workload:` section")
+                    },
                 ));
                 continue;
             }

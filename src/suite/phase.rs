@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::values::{did_you_mean, Count, Dur, Sig, Size};
 
-pub const PHASES: [&str; 15] = [
+pub const PHASES: [&str; 16] = [
     "load",
     "run",
     "kill",
@@ -27,6 +27,7 @@ pub const PHASES: [&str; 15] = [
     "chaos",
     "upgrade",
     "downgrade",
+    "network",
 ];
 
 /// One step of a suite.
@@ -68,6 +69,124 @@ pub enum Phase {
     /// The same, toward an older version: a refusal to start is reported
     /// with its reason, and the version before is started again.
     Downgrade(String),
+    /// Put these network faults between the load and the node (soak's
+    /// proxy, see `faults::proxy`), replacing those before; `clear` lifts
+    /// them.
+    Network(NetworkSpec),
+}
+
+/// `network: { latency: 50ms, jitter: 10ms, bandwidth: 1MiB/s, blackhole:
+/// true, reset: true, slow_close: 1s }`, or `network: clear`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct NetworkSpec {
+    #[serde(serialize_with = "secs")]
+    pub latency: Duration,
+    #[serde(serialize_with = "secs")]
+    pub jitter: Duration,
+    /// Bytes per second, each way, per connection.
+    pub bandwidth: Option<u64>,
+    pub blackhole: bool,
+    pub reset: bool,
+    #[serde(serialize_with = "secs")]
+    pub slow_close: Duration,
+}
+
+impl NetworkSpec {
+    pub fn is_clear(&self) -> bool {
+        *self == NetworkSpec::default()
+    }
+}
+
+impl fmt::Display for NetworkSpec {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        if self.is_clear() {
+            return f.write_str("clear");
+        }
+        let d = |d: Duration| crate::units::human_duration(d);
+        let mut parts = vec![];
+        if !self.latency.is_zero() || !self.jitter.is_zero() {
+            parts.push(if self.jitter.is_zero() {
+                format!("latency {}", d(self.latency))
+            } else {
+                format!("latency {} ± {}", d(self.latency), d(self.jitter))
+            });
+        }
+        if let Some(b) = self.bandwidth {
+            parts.push(format!("bandwidth {}/s", crate::units::Bytes(b)));
+        }
+        if self.blackhole {
+            parts.push("blackhole".into());
+        }
+        if self.reset {
+            parts.push("reset".into());
+        }
+        if !self.slow_close.is_zero() {
+            parts.push(format!("slow close {}", d(self.slow_close)));
+        }
+        f.write_str(&parts.join(", "))
+    }
+}
+
+impl<'de> Deserialize<'de> for NetworkSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Raw {
+            latency: Option<Dur>,
+            jitter: Option<Dur>,
+            bandwidth: Option<String>,
+            #[serde(default)]
+            blackhole: bool,
+            #[serde(default)]
+            reset: bool,
+            slow_close: Option<Dur>,
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = NetworkSpec;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("network faults, e.g. `{ latency: 50ms, jitter: 10ms }`, `{ blackhole: true }`, or `clear`")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<NetworkSpec, E> {
+                match v {
+                    "clear" | "none" => Ok(NetworkSpec::default()),
+                    other => Err(E::custom(format!(
+                        "`network: {other}`: write `network: clear` to lift the faults, or a map such as `network: {{ latency: 50ms }}`"
+                    ))),
+                }
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<NetworkSpec, A::Error> {
+                let r = Raw::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                let bandwidth = match r.bandwidth {
+                    None => None,
+                    Some(b) => {
+                        let per_s = b.trim().strip_suffix("/s").ok_or_else(|| {
+                            de::Error::custom(format!(
+                                "`bandwidth: {b}`: a size per second, e.g. `1MiB/s`"
+                            ))
+                        })?;
+                        let size = crate::units::parse_size(per_s.trim())
+                            .map_err(|e| de::Error::custom(format!("`bandwidth: {b}`: {e}")))?;
+                        if size == 0 {
+                            return Err(de::Error::custom(
+                                "`bandwidth: 0/s` would carry nothing: use `blackhole: true` for that",
+                            ));
+                        }
+                        Some(size)
+                    }
+                };
+                Ok(NetworkSpec {
+                    latency: r.latency.map(|d| d.0).unwrap_or_default(),
+                    jitter: r.jitter.map(|d| d.0).unwrap_or_default(),
+                    bandwidth,
+                    blackhole: r.blackhole,
+                    reset: r.reset,
+                    slow_close: r.slow_close.map(|d| d.0).unwrap_or_default(),
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -311,6 +430,7 @@ impl<'de> Deserialize<'de> for Phase {
                     "repeat" => Err(E::custom("`repeat` needs times and phases: write `- repeat: { times: 3, phases: [...] }`")),
                     "chaos" => Err(E::custom("`chaos` needs a schedule: write `- chaos: { during: 5m, every: 20s..1m, actions: [kill, pause] }`")),
                     "upgrade" | "downgrade" => Err(E::custom(format!("`{v}` needs a version: write `- {v}: NAME` with NAME under `versions:`"))),
+                    "network" => Err(E::custom("`network` needs faults: write `- network: { latency: 50ms }`, or `- network: clear`")),
                     other => Err(E::custom(unknown(other))),
                 }
             }
@@ -330,6 +450,7 @@ impl<'de> Deserialize<'de> for Phase {
                     "chaos" => Phase::Chaos(map.next_value::<ChaosSpec>()?),
                     "upgrade" => Phase::Upgrade(map.next_value::<String>()?),
                     "downgrade" => Phase::Downgrade(map.next_value::<String>()?),
+                    "network" => Phase::Network(map.next_value::<NetworkSpec>()?),
                     "repeat" => {
                         let r: RepeatSpec = map.next_value()?;
                         if r.times.0 == 0 {
@@ -396,6 +517,7 @@ impl Phase {
             Phase::Chaos(_) => "chaos",
             Phase::Upgrade(_) => "upgrade",
             Phase::Downgrade(_) => "downgrade",
+            Phase::Network(_) => "network",
         }
     }
 }
@@ -412,6 +534,7 @@ impl fmt::Display for Phase {
             Phase::Limit(s) => write!(f, "limit {}", crate::units::Bytes(s.0)),
             Phase::Upgrade(v) | Phase::Downgrade(v) => write!(f, "{} to {v}", self.word()),
             Phase::VerifyOffline => f.write_str("verify offline"),
+            Phase::Network(n) => write!(f, "network {n}"),
             Phase::Repeat { times, phases } => {
                 write!(f, "repeat {times}x ({} phases)", phases.len())
             }

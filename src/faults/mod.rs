@@ -1,0 +1,5 @@
+//! Faults that wrap any node, whatever its driver: a network proxy between
+//! the load and the node (`proxy`). Each is seeded from the cell's seed
+//! and counts what it did, for the report.
+
+pub mod proxy;
