@@ -39,8 +39,10 @@ fn report(run: &Run) -> String {
 /// lost through the kill, and the report shows where the memory went:
 /// beside the full cache, glibc held free memory the node did not use.
 /// Shortened, glibc's arenas grow with the requests served, and a busy
-/// machine serves fewer in a short run: two more read-backs of every key
-/// (a fixed count of reads through the cache) make up for it.
+/// machine serves fewer in a short run: four more read-backs of every key
+/// (a fixed count of reads through the cache) make up for it. (With two,
+/// a fresh-clone CI run reached the limit in RSS at the very end without
+/// a kill: the kernel took the node's file pages first.)
 #[test]
 fn teku_rocksdb_is_oom_killed_under_glibc_with_the_big_cache_and_not_with_either_fix() {
     let _one = one_at_a_time();
@@ -50,7 +52,7 @@ fn teku_rocksdb_is_oom_killed_under_glibc_with_the_big_cache_and_not_with_either
         "suites/teku-rocksdb.yaml",
         &[(
             "  - run: 3m\n  - verify\n",
-            "  - run: 3m\n  - verify\n  - verify\n  - verify\n",
+            "  - run: 3m\n  - verify\n  - verify\n  - verify\n  - verify\n  - verify\n",
         )],
     );
     let run = soak_run(&suite, &["--duration-scale", "0.15"]);
@@ -80,7 +82,7 @@ fn teku_rocksdb_is_oom_killed_under_glibc_with_the_big_cache_and_not_with_either
             c.id
         );
         assert!(
-            c.integrity.verified >= 400_000,
+            c.integrity.verified >= 2_000_000,
             "{}: {:?}",
             c.id,
             c.integrity
