@@ -1331,40 +1331,22 @@ fn network_faults_show_as_latency_and_timeouts_never_as_lost_writes() {
             .find(|p| p.phase == name)
             .unwrap_or_else(|| panic!("no phase {name}: {:?}", c.phases))
     };
-    let p50 = |i: usize| {
-        let runs: Vec<_> = c.phases.iter().filter(|p| p.phase == "run 2s").collect();
-        runs[i]
-            .load
-            .as_ref()
-            .unwrap()
-            .latency_us
-            .as_ref()
-            .unwrap()
-            .p50
-    };
+    // The load of each `run 2s`: before, with latency, blackholed, after.
+    let runs: Vec<_> = c
+        .phases
+        .iter()
+        .filter(|p| p.phase == "run 2s")
+        .map(|p| p.load.as_ref().unwrap())
+        .collect();
+    let p50 = |i: usize| runs[i].latency_us.as_ref().unwrap().p50;
     assert!(p50(0) < 25_000, "before: p50 {} us", p50(0));
     assert!(p50(1) >= 50_000, "with 50 ms: p50 {} us", p50(1));
     assert_eq!(
         phase("network latency 50ms").outcome,
         "network: latency 50ms"
     );
-    let blackholed = c
-        .phases
-        .iter()
-        .filter(|p| p.phase == "run 2s")
-        .nth(2)
-        .unwrap();
-    assert!(
-        blackholed.load.as_ref().unwrap().errors > 0,
-        "{blackholed:?}"
-    );
-    let after = c
-        .phases
-        .iter()
-        .filter(|p| p.phase == "run 2s")
-        .nth(3)
-        .unwrap();
-    let after = after.load.as_ref().unwrap();
+    assert!(runs[2].errors > 0, "{:?}", runs[2]);
+    let after = runs[3];
     assert!(after.writes_per_s > 10.0, "{after:?}");
     let i = &c.integrity;
     assert_eq!((i.lost, i.corrupted), (0, 0), "{i:?}");
