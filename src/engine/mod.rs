@@ -840,14 +840,7 @@ impl<'a, N: Node> Cell<'a, N> {
                     .into(),
             ));
         };
-        p.set(crate::faults::proxy::Toxics {
-            latency: n.latency,
-            jitter: n.jitter,
-            bandwidth: n.bandwidth,
-            blackhole: n.blackhole,
-            reset: n.reset,
-            slow_close: n.slow_close,
-        });
+        p.set(*n);
         Ok(format!("network: {n}"))
     }
 

@@ -36,18 +36,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-/// The faults in force. The default is none: a plain relay.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Toxics {
-    pub latency: Duration,
-    /// Up to this much more or less than `latency`, drawn per chunk.
-    pub jitter: Duration,
-    /// Bytes per second, each way, per connection.
-    pub bandwidth: Option<u64>,
-    pub blackhole: bool,
-    pub reset: bool,
-    pub slow_close: Duration,
-}
+/// The faults in force: a `network:` phase as the suite wrote it (jitter
+/// is drawn per chunk, up to that much more or less than `latency`). The
+/// default is none: a plain relay.
+pub use crate::suite::NetworkSpec as Toxics;
 
 pub use crate::model::NetworkStats as ProxyStats;
 
@@ -95,10 +87,6 @@ impl Proxy {
     /// Puts `t` in force (replacing the faults before it).
     pub fn set(&self, t: Toxics) {
         self.toxics.send_replace(t);
-    }
-
-    pub fn toxics(&self) -> Toxics {
-        *self.toxics.borrow()
     }
 
     pub fn stats(&self) -> ProxyStats {

@@ -303,7 +303,6 @@ pub struct ScrapeStats {
     /// allocator's figures are read. The last scrape may be of a node just
     /// restarted after an OOM kill, which holds nothing yet.
     pub largest: BTreeMap<String, f64>,
-    largest_resident: f64,
 }
 
 /// Scrapes a Prometheus endpoint at an interval into `metrics.csv`.
@@ -352,9 +351,8 @@ impl Scraper {
                                     let _ = writeln!(file, "{t:.3},{},{v}", k.replace(',', ";"));
                                 }
                                 let _ = file.flush();
-                                let resident = prometheus::resident(&series).unwrap_or(0.0);
-                                if resident >= stats.largest_resident {
-                                    stats.largest_resident = resident;
+                                let resident = |s| prometheus::resident(s).unwrap_or(0.0);
+                                if resident(&series) >= resident(&stats.largest) {
                                     stats.largest = series.clone();
                                 }
                                 stats.last = series;
