@@ -1,6 +1,7 @@
 //! `soak cleanup`: removes what an interrupted run left behind, found by
-//! soak's own labels only: cgroups named `soak-<run id>-<cell>` and
-//! processes whose environment holds `SOAK_RUN_ID`.
+//! soak's own labels only: cgroups named `soak-<run id>-<cell>`, processes
+//! whose environment holds `SOAK_RUN_ID`, and fault filesystems mounted
+//! from `soak-<run id>`.
 //!
 //! On a shared host (a CI machine running two jobs) another shell's run
 //! may be alive: each run holds a lock for its whole life
@@ -21,6 +22,8 @@ use crate::lock::{is_alive, lock_dir};
 pub struct Cleaned {
     pub processes: Vec<(i32, String)>,
     pub cgroups: Vec<PathBuf>,
+    /// Fault filesystems unmounted: (mountpoint, run).
+    pub mounts: Vec<(PathBuf, String)>,
     /// Containers removed: (name, run).
     pub containers: Vec<(String, String)>,
     /// Why containers were not looked for (no engine answered).
@@ -92,6 +95,12 @@ fn walk(
 pub fn cleanup(run: Option<&str>, force: bool, docker_host: Option<&str>) -> Cleaned {
     let alive = |r: &str| !force && is_alive(r);
     let processes = kill_labelled(run, &alive);
+    // After the processes: a node must not write into the folder beneath.
+    let mounts = crate::faults::disk::mounts()
+        .into_iter()
+        .filter(|(_, r)| run.is_none_or(|x| x == r) && !alive(r))
+        .filter(|(p, _)| crate::faults::disk::unmount(p))
+        .collect();
     let mut cgroups = vec![];
     if let Ok(h) = cgroup::detect() {
         // From the hierarchy's root (as this process sees it): the run may
@@ -117,6 +126,7 @@ pub fn cleanup(run: Option<&str>, force: bool, docker_host: Option<&str>) -> Cle
     Cleaned {
         processes,
         cgroups,
+        mounts,
         containers,
         containers_unchecked,
     }

@@ -229,8 +229,12 @@ pub fn main() -> i32 {
             for (name, run) in &cleaned.containers {
                 println!("removed container {name} (run {run})");
             }
+            for (path, run) in &cleaned.mounts {
+                println!("unmounted {} (run {run})", path.display());
+            }
             if cleaned.processes.is_empty()
                 && cleaned.cgroups.is_empty()
+                && cleaned.mounts.is_empty()
                 && cleaned.containers.is_empty()
             {
                 println!("nothing to clean up");

@@ -113,6 +113,13 @@ pub struct CellPlan {
     pub seed: u64,
     pub scale: f64,
     pub readback_after_restart: bool,
+    /// `limits.disk`: bytes the data directory may hold.
+    pub disk_limit: Option<u64>,
+    /// `workload.durability: unsynced-tail-allowed`.
+    pub unsynced_tail_allowed: bool,
+    /// Whether the data directory is soak's fault filesystem (the suite
+    /// has disk faults, or `limits.disk`).
+    pub fault_fs: bool,
     /// The suite's checks with the cell's expectations in place of those
     /// they name: what the cell is judged by.
     pub checks: crate::suite::Checks,
@@ -433,6 +440,12 @@ pub fn resolve(
             .workload
             .as_ref()
             .is_none_or(|w| w.readback_after_restart),
+        unsynced_tail_allowed: suite
+            .workload
+            .as_ref()
+            .is_some_and(|w| w.durability == crate::suite::Durability::UnsyncedTailAllowed),
+        fault_fs: suite.uses_disk_faults(),
+        disk_limit: suite.limits.disk.map(|d| d.0),
         checks: match &def.expect {
             Some(e) => suite.checks.overlaid(e),
             None => suite.checks.clone(),

@@ -540,6 +540,16 @@ async fn run_cell(
             }),
         },
     });
+    // With disk faults, the data directory is soak's fault filesystem;
+    // the files live in a folder beside it, which telemetry reads.
+    let disk = match (plan.fault_fs, &plan.container) {
+        (true, None) => Some(Arc::new(mount_fault_fs(plan)?)),
+        _ => None,
+    };
+    let mut target = target;
+    if let Some(d) = &disk {
+        target.data_dir = Some(d.backing().to_path_buf());
+    }
     let telemetry = Telemetry::start(plan, &target, origin)?;
     let ctx = Context {
         dir: plan.dir.clone(),
@@ -550,6 +560,8 @@ async fn run_cell(
         versions: plan.versions.clone(),
         readback_after_restart: plan.readback_after_restart,
         network: network.clone(),
+        disk: disk.clone(),
+        unsynced_tail_allowed: plan.unsynced_tail_allowed,
     };
     let verify_target = plan
         .load
@@ -593,6 +605,11 @@ async fn run_cell(
         .unwrap_or(0)
         .max(oom_restarts);
     node.shutdown().await;
+    let disk_faults = disk.map(|d| {
+        let stats = d.stats();
+        unmount_fault_fs(d, plan);
+        stats
+    });
     if let Err(e) = &outcome {
         if e.never_started() && bus.recorder.restarts.is_empty() {
             bus.error(e.to_string());
@@ -601,6 +618,7 @@ async fn run_cell(
     }
     let measured = CellMeasures {
         network: network.as_ref().map(|p| p.stats()),
+        disk_faults,
         load: load.as_ref().map(|l| l.stats()),
         samples,
         scrapes,
@@ -620,6 +638,42 @@ struct CellMeasures {
     oom_kills: u64,
     engine: Option<crate::model::EngineInfo>,
     network: Option<crate::model::NetworkStats>,
+    disk_faults: Option<crate::model::DiskStats>,
+}
+
+/// The fault filesystem over the cell's data directory; the files live in
+/// `data.files` beside it while it is mounted.
+fn mount_fault_fs(plan: &CellPlan) -> Result<crate::faults::disk::Mounted, RunError> {
+    let backing = plan.dir.join("data.files");
+    crate::faults::disk::Mounted::mount(
+        &backing,
+        &plan.data_dir,
+        &crate::lock::run_id(),
+        plan.seed,
+        plan.disk_limit,
+    )
+    .map_err(|e| {
+        RunError::Environment(format!(
+            "cannot mount soak's fault filesystem at {} (disk faults need root and /dev/fuse; `modprobe fuse` loads it): {e}",
+            plan.data_dir.display()
+        ))
+    })
+}
+
+/// Unmounts the fault filesystem and puts the files back where the node
+/// wrote them, so that the cell's folder looks as without it (for `soak
+/// verify` and the user's own tools).
+fn unmount_fault_fs(d: Arc<crate::faults::disk::Mounted>, plan: &CellPlan) {
+    let backing = d.backing().to_path_buf();
+    match Arc::try_unwrap(d) {
+        Ok(m) => drop(m),
+        Err(d) => {
+            crate::faults::disk::unmount(d.mountpoint());
+        }
+    }
+    if std::fs::remove_dir(&plan.data_dir).is_ok() {
+        let _ = std::fs::rename(&backing, &plan.data_dir);
+    }
 }
 
 /// Whether any phase (inside a `repeat` too) sets network faults.
@@ -767,6 +821,7 @@ fn assemble(
             execs: &rec.execs,
             phases: &rec.phases,
             memory_limit: plan.limits.memory,
+            unsynced_tail_allowed: plan.unsynced_tail_allowed,
         },
     );
     let verdict = checks::cell_verdict(error.is_some(), &checks);
@@ -809,6 +864,7 @@ fn assemble(
         expectation,
         repeat_of: None,
         network: m.network,
+        disk_faults: m.disk_faults,
     };
     result
 }

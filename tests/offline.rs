@@ -191,6 +191,7 @@ async fn a_database_written_by_rocksdb_7_8_is_served_by_soak_node_and_the_downgr
         &node.resp,
         &ledger,
         std::time::Duration::from_secs(5),
+        None,
         |_, _| {},
     )
     .await

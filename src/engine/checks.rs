@@ -29,6 +29,9 @@ pub struct Measured<'a> {
     pub phases: &'a [PhaseRecord],
     /// The cell's memory limit, which a share (`85%`) is of.
     pub memory_limit: Option<u64>,
+    /// `durability: unsynced-tail-allowed`: writes a power cut took from
+    /// the unsynced tail are not lost writes.
+    pub unsynced_tail_allowed: bool,
 }
 
 /// Every check of the suite against what the cell measured.
@@ -42,7 +45,18 @@ pub fn evaluate(c: &Checks, m: &Measured) -> Vec<CheckResult> {
         count(
             "lost_writes",
             c.lost_writes,
-            m.integrity.lost + m.integrity.resurrected,
+            m.integrity.lost
+                + m.integrity.resurrected
+                + if m.unsynced_tail_allowed {
+                    0
+                } else {
+                    m.integrity.lost_unsynced
+                },
+        ),
+        count(
+            "unsynced_writes",
+            c.unsynced_writes,
+            m.integrity.lost_unsynced,
         ),
         count(
             "corrupted_writes",
@@ -340,6 +354,7 @@ mod tests {
             execs: &[],
             phases: &[],
             memory_limit: None,
+            unsynced_tail_allowed: false,
         }
     }
 

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use super::record::Recorder;
 use crate::model::{
-    Action, Cause, ExecResult, Integrity, LoadSummary, LostWrite, OfflineRecord, Oracle,
+    Action, Cause, ExecResult, Hole, Integrity, LoadSummary, LostWrite, OfflineRecord, Oracle,
     UpgradeRecord, Verdict,
 };
 use crate::units::human_duration;
@@ -54,6 +54,12 @@ pub enum Event {
     Killed {
         signal: String,
         exit: String,
+    },
+    /// A power cut: the node was killed, and the bytes no fsync had made
+    /// durable dropped from its data directory.
+    PowerCut {
+        dropped: u64,
+        torn: bool,
     },
     /// soak stopped the node gracefully.
     Stopped {
@@ -131,6 +137,9 @@ pub enum Event {
         restart: Option<usize>,
         integrity: Integrity,
         first_lost: Option<LostWrite>,
+        /// After a power cut: connections whose losses were not a tail.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        holes: Vec<Hole>,
         took_s: f64,
     },
     /// Reads during the load found these since the last restart began.
@@ -177,6 +186,7 @@ impl Event {
             Event::Died { cause, .. } if *cause == Cause::Oom => "oom-killed",
             Event::Died { .. } => "crashed",
             Event::Killed { .. } => "killed",
+            Event::PowerCut { .. } => "power-cut",
             Event::Stopped { .. } => "stopped",
             Event::Paused { .. } => "paused",
             Event::Resumed => "resumed",
@@ -243,6 +253,15 @@ impl Event {
             }
             Event::Died { exit, .. } => exit.clone(),
             Event::Killed { signal, exit } => format!("{signal} ({exit})"),
+            Event::PowerCut { dropped, torn } => format!(
+                "{} not fsynced dropped from the data directory{}",
+                crate::units::Bytes(*dropped),
+                if *torn {
+                    " (torn: part of each tail kept)"
+                } else {
+                    ""
+                }
+            ),
             Event::Stopped { why, exit } if why.is_empty() => exit.clone(),
             Event::Stopped { why, exit } => format!("{why}, {exit}"),
             Event::Paused { for_s } => format!(
@@ -278,16 +297,19 @@ impl Event {
                 integrity,
                 took_s,
                 first_lost,
+                holes,
                 ..
             } => format!(
-                "restart {n}: {integrity}, in {took_s:.1} s of read-back{}",
-                first(first_lost)
+                "restart {n}: {integrity}, in {took_s:.1} s of read-back{}{}",
+                first(first_lost),
+                holes_text(holes)
             ),
             Event::ReadBack {
                 integrity,
                 first_lost,
+                holes,
                 ..
-            } => format!("{integrity}{}", first(first_lost)),
+            } => format!("{integrity}{}{}", first(first_lost), holes_text(holes)),
             Event::ReadsFound {
                 integrity,
                 first_lost,
@@ -304,6 +326,18 @@ impl Event {
             Event::Verdict { verdict } => verdict.as_str().into(),
         }
     }
+}
+
+fn holes_text(holes: &[Hole]) -> String {
+    holes
+        .iter()
+        .map(|h| {
+            format!(
+                "; HOLE in connection {}: {} lost before {} survived (first {})",
+                h.connection, h.lost, h.survivor, h.first_lost.key
+            )
+        })
+        .collect()
 }
 
 fn first(f: &Option<LostWrite>) -> String {

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::driver::{Death, DriverError, Launch, Node};
 use crate::model::{Cause, ExecResult, Integrity, Oracle, Swap, SwapOutcome, UpgradeRecord};
+use crate::suite::faults::{DiskFault, Room};
 use crate::suite::{template, Action, ChaosSpec, ExecSpec, Phase};
 use crate::telemetry::Target;
 use crate::units::human_duration;
@@ -85,6 +86,12 @@ pub struct Context {
     /// The network fault proxy the load connects through, where the
     /// suite has `network` phases.
     pub network: Option<std::sync::Arc<crate::faults::proxy::Proxy>>,
+    /// The fault filesystem under the data directory, where the suite has
+    /// disk faults.
+    pub disk: Option<std::sync::Arc<crate::faults::disk::Mounted>>,
+    /// `durability: unsynced-tail-allowed`: a power cut may take the
+    /// unsynced tail of each connection's writes (never a hole).
+    pub unsynced_tail_allowed: bool,
 }
 
 /// Why the node is down, when soak took it down or saw it die.
@@ -228,13 +235,17 @@ impl<'a, N: Node> Cell<'a, N> {
             }
             let n = self.restarts();
             let began = Instant::now();
-            match self.read_back_once().await {
+            let tails = (down.cause == Cause::PowerCut)
+                .then(|| self.tails())
+                .flatten();
+            match self.read_back_once(tails).await {
                 Ok(found) => {
                     self.bus.emit(Event::ReadBack {
                         oracle: Oracle::ReadBack,
                         restart: Some(n),
                         integrity: found.integrity,
                         first_lost: found.first_lost,
+                        holes: found.holes,
                         took_s: began.elapsed().as_secs_f64(),
                     });
                     if resume {
@@ -435,7 +446,7 @@ impl<'a, N: Node> Cell<'a, N> {
         });
         let began = Instant::now();
         let found = loop {
-            match self.read_back_once().await {
+            match self.read_back_once(None).await {
                 Ok(found) => break found,
                 Err(e) if self.died_within(DEATH_SHOWS_WITHIN).await => {
                     self.bus.emit(Event::ReadBackRetry {
@@ -451,6 +462,7 @@ impl<'a, N: Node> Cell<'a, N> {
             restart: None,
             integrity: found.integrity,
             first_lost: found.first_lost,
+            holes: found.holes,
             took_s: began.elapsed().as_secs_f64(),
         });
         Ok(Some(found.integrity))
@@ -458,7 +470,10 @@ impl<'a, N: Node> Cell<'a, N> {
 
     /// One pass over every key the ledger knows, through the node, with
     /// the load paused; a node that dies under it is the caller's to handle.
-    async fn read_back_once(&mut self) -> Result<verify::ReadBack, VerifyError> {
+    async fn read_back_once(
+        &mut self,
+        tails: Option<verify::Tails>,
+    ) -> Result<verify::ReadBack, VerifyError> {
         let load = self.load.as_deref().expect("a workload to read back");
         let bus = &mut *self.bus;
         let mut last = Instant::now();
@@ -466,6 +481,7 @@ impl<'a, N: Node> Cell<'a, N> {
             &self.verify_target,
             &load.ledger,
             load.cfg.timeout,
+            tails,
             |done, all| {
                 if done < all && last.elapsed() >= Duration::from_secs(1) {
                     last = Instant::now();
@@ -474,6 +490,52 @@ impl<'a, N: Node> Cell<'a, N> {
             },
         )
         .await
+    }
+
+    /// How a read-back after a power cut tells the tail from holes.
+    fn tails(&self) -> Option<verify::Tails> {
+        self.load.as_deref().map(|l| verify::Tails {
+            connections: l.cfg.connections,
+            allowed: self.ctx.unsynced_tail_allowed,
+        })
+    }
+
+    fn disk(&self, word: &str) -> Result<std::sync::Arc<crate::faults::disk::Mounted>, CellError> {
+        self.ctx.disk.clone().ok_or_else(|| {
+            CellError::Setup(format!(
+                "`{word}` needs soak's fault filesystem under the data directory, which a container node does not have"
+            ))
+        })
+    }
+
+    /// A power cut: SIGKILL, every unsynced byte dropped, a start, and the
+    /// read-back that judges what survived (the tail from holes).
+    async fn power_cut(&mut self, torn: bool) -> Result<String, CellError> {
+        let disk = self.disk("power_cut")?;
+        self.kill(Signal::SIGKILL, Cause::PowerCut).await?;
+        let dropped = disk.power_cut(torn);
+        self.bus.emit(Event::PowerCut { dropped, torn });
+        let ms = self.start().await?;
+        Ok(format!(
+            "power cut: {} not fsynced dropped; ready after {ms} ms",
+            crate::units::Bytes(dropped)
+        ))
+    }
+
+    /// Puts a disk fault in force on the fault filesystem.
+    async fn disk_fault(&mut self, d: &DiskFault) -> Result<String, CellError> {
+        let disk = self.disk(d.word())?;
+        match d {
+            DiskFault::PowerCut { torn } => return self.power_cut(*torn).await,
+            DiskFault::DiskFull(room) => disk.set_room(match room {
+                Room::Lifted => None,
+                Room::None => Some(0),
+                Room::Left(b) => Some(*b),
+            }),
+            DiskFault::IoErrors(f) => disk.set_errors(f.clone()),
+            DiskFault::IoDelay(f) => disk.set_delay(f.clone()),
+        }
+        Ok(format!("{d} ({} used)", crate::units::Bytes(disk.used())))
     }
 
     async fn exec(&mut self, e: &ExecSpec) -> Result<String, CellError> {
@@ -792,6 +854,9 @@ impl<'a, N: Node> Cell<'a, N> {
                     self.stop(Cause::Chaos).await?;
                     self.start().await?;
                 }
+                Action::PowerCut => {
+                    self.power_cut(false).await?;
+                }
             }
         }
         let during = c.during.mul_f64(self.ctx.scale);
@@ -863,6 +928,7 @@ impl<'a, N: Node> Cell<'a, N> {
             }
             Phase::Kill(sig) => self.kill(sig.0, Cause::Kill).await,
             Phase::Network(n) => self.network(n),
+            Phase::Disk(d) => self.disk_fault(d).await,
             Phase::Start => {
                 let ms = self.start().await?;
                 Ok(format!("ready after {ms} ms"))

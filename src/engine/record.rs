@@ -68,6 +68,7 @@ impl Recorder {
                 restart,
                 integrity,
                 first_lost,
+                holes,
                 took_s,
             } => {
                 self.integrity.add(integrity);
@@ -85,6 +86,7 @@ impl Recorder {
                         i.in_doubt = 0;
                     }
                     r.found(*oracle, &i, first_lost.clone());
+                    r.holes.extend(holes.iter().cloned());
                     if restart.is_some() {
                         r.readback_s = Some(*took_s);
                     }

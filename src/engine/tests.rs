@@ -236,6 +236,8 @@ async fn run_with(
     };
     let ctx = Context {
         network: None,
+        disk: None,
+        unsynced_tail_allowed: false,
         dir: dir.path().to_path_buf(),
         vars: Default::default(),
         run_id: "test".into(),

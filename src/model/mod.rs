@@ -191,6 +191,35 @@ pub struct CellResult {
     /// between the load and the node.
     #[serde(default)]
     pub network: Option<NetworkStats>,
+    /// What soak's fault filesystem under the data directory did, where
+    /// the suite has disk faults (`power_cut`, `disk_full`, `io_errors`,
+    /// `io_delay`, `limits.disk`).
+    #[serde(default)]
+    pub disk_faults: Option<DiskStats>,
+}
+
+/// What the fault filesystem under the node's data directory did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct DiskStats {
+    /// Writes, reads and fsyncs the node made through it.
+    pub writes: u64,
+    pub bytes_written: u64,
+    pub reads: u64,
+    pub fsyncs: u64,
+    /// Power cuts, the unsynced bytes they dropped, and the files they
+    /// changed.
+    pub power_cuts: u64,
+    pub bytes_dropped: u64,
+    pub files_cut: u64,
+    /// Writes refused with ENOSPC (`disk_full`, `limits.disk`).
+    pub refused_writes: u64,
+    /// Operations failed with EIO (`io_errors`).
+    pub read_errors: u64,
+    pub write_errors: u64,
+    pub fsync_errors: u64,
+    /// Operations held (`io_delay`).
+    pub delayed: u64,
 }
 
 /// What the network fault proxy between the load and the node did.
@@ -314,6 +343,10 @@ pub enum Action {
     Pause,
     /// A graceful stop, then a start.
     Restart,
+    /// SIGKILL, every unsynced byte dropped (soak's fault filesystem),
+    /// then a start.
+    #[serde(rename = "power_cut")]
+    PowerCut,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -423,6 +456,10 @@ pub enum Cause {
     /// An `upgrade` or a `downgrade` phase.
     Upgrade,
     Downgrade,
+    /// A power cut (a `power_cut` phase or chaos action): SIGKILL, and
+    /// every byte not fsynced dropped from the data directory.
+    #[serde(rename = "power_cut")]
+    PowerCut,
 }
 
 impl Cause {
@@ -434,7 +471,10 @@ impl Cause {
     /// Deaths that may take writes the node acknowledged: not a graceful
     /// stop.
     pub fn unclean(self) -> bool {
-        matches!(self, Cause::Kill | Cause::Chaos | Cause::Oom | Cause::Crash)
+        matches!(
+            self,
+            Cause::Kill | Cause::Chaos | Cause::Oom | Cause::Crash | Cause::PowerCut
+        )
     }
 
     /// As a reader says it: "restart after {}".
@@ -448,6 +488,7 @@ impl Cause {
             Cause::Crash => "a crash",
             Cause::Upgrade => "an upgrade",
             Cause::Downgrade => "a downgrade",
+            Cause::PowerCut => "a power cut",
         }
     }
 
@@ -461,6 +502,7 @@ impl Cause {
             Cause::Crash => "crash",
             Cause::Upgrade => "upgrade",
             Cause::Downgrade => "downgrade",
+            Cause::PowerCut => "power_cut",
         }
     }
 }
@@ -525,6 +567,14 @@ pub struct Restart {
     /// The first write found lost, to look up in the node's log.
     #[serde(default)]
     pub first_lost: Option<LostWrite>,
+    /// After a power cut: acknowledged writes lost from the unsynced tail
+    /// of their connections (see `Integrity::lost_unsynced`).
+    #[serde(default)]
+    pub lost_unsynced: u64,
+    /// After a power cut: connections whose losses were not a tail (a
+    /// write lost while a later one of the same connection survived).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holes: Vec<Hole>,
 }
 
 impl Restart {
@@ -541,12 +591,15 @@ impl Restart {
             readback_s: None,
             oracle: None,
             first_lost: None,
+            lost_unsynced: 0,
+            holes: vec![],
         }
     }
 
     /// Adds what an oracle found, naming it.
     pub fn found(&mut self, oracle: Oracle, i: &Integrity, first: Option<LostWrite>) {
         self.lost += i.lost;
+        self.lost_unsynced += i.lost_unsynced;
         self.corrupted += i.corrupted;
         self.resurrected += i.resurrected;
         self.in_doubt += i.in_doubt;
@@ -561,6 +614,22 @@ impl Restart {
             self.first_lost = first;
         }
     }
+}
+
+/// A hole in what a power cut left of one load connection's acknowledged
+/// writes: `first_lost` was lost, and `survivor`, acknowledged after it on
+/// the same connection, was read back. The node lost a write it had made
+/// durable, or made later writes durable before earlier ones.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Hole {
+    /// The load connection (it owns the keys `k` with `k % connections`
+    /// equal to it).
+    pub connection: usize,
+    pub first_lost: LostWrite,
+    /// The newest acknowledged write of the connection that survived.
+    pub survivor: String,
+    /// The connection's writes lost before the survivor.
+    pub lost: u64,
 }
 
 /// The first write an oracle found lost (or corrupted, or resurrected).
@@ -599,6 +668,11 @@ pub struct Integrity {
     pub corrupted: u64,
     pub in_doubt: u64,
     pub resurrected: u64,
+    /// Acknowledged writes a power cut took from the unsynced tail of their
+    /// connection (every later write of it lost too): allowed where the
+    /// suite says `durability: unsynced-tail-allowed`, and counted apart
+    /// from `lost`, which is never allowed (a hole is lost).
+    pub lost_unsynced: u64,
 }
 
 impl std::fmt::Display for Integrity {
@@ -607,7 +681,11 @@ impl std::fmt::Display for Integrity {
             f,
             "{} as expected, {} lost, {} corrupted, {} in doubt, {} resurrected",
             self.verified, self.lost, self.corrupted, self.in_doubt, self.resurrected
-        )
+        )?;
+        if self.lost_unsynced > 0 {
+            write!(f, ", {} lost unsynced (the tail)", self.lost_unsynced)?;
+        }
+        Ok(())
     }
 }
 
@@ -618,6 +696,7 @@ impl Integrity {
         self.corrupted += o.corrupted;
         self.in_doubt += o.in_doubt;
         self.resurrected += o.resurrected;
+        self.lost_unsynced += o.lost_unsynced;
     }
 
     /// What was found lost, corrupted or resurrected.

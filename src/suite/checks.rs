@@ -238,6 +238,10 @@ pub struct RestartTimeCheck {
 #[serde(deny_unknown_fields)]
 pub struct Checks {
     pub lost_writes: Option<CountCheck>,
+    /// Acknowledged writes power cuts took from the unsynced tail of their
+    /// connections (`lost_unsynced`): `0` for a node that fsyncs before it
+    /// acknowledges, `">= 1"` to show that a power cut can take them.
+    pub unsynced_writes: Option<CountCheck>,
     pub corrupted_writes: Option<CountCheck>,
     pub oom_kills: Option<CountCheck>,
     /// Deaths that were neither soak's doing nor the OOM killer's.
@@ -263,6 +267,7 @@ impl Checks {
     pub fn overlaid(&self, over: &Checks) -> Checks {
         Checks {
             lost_writes: over.lost_writes.or(self.lost_writes),
+            unsynced_writes: over.unsynced_writes.or(self.unsynced_writes),
             corrupted_writes: over.corrupted_writes.or(self.corrupted_writes),
             oom_kills: over.oom_kills.or(self.oom_kills),
             crashes: over.crashes.or(self.crashes),
@@ -289,6 +294,7 @@ impl Checks {
     pub fn names(&self) -> Vec<&'static str> {
         [
             ("lost_writes", self.lost_writes.is_some()),
+            ("unsynced_writes", self.unsynced_writes.is_some()),
             ("corrupted_writes", self.corrupted_writes.is_some()),
             ("oom_kills", self.oom_kills.is_some()),
             ("crashes", self.crashes.is_some()),
@@ -322,7 +328,12 @@ impl Checks {
             && has_phase(&s.phases, &|p| matches!(p, Phase::Run(_) | Phase::Chaos(_)));
         let read_back = w.is_some_and(|w| w.readback_after_restart)
             && has_phase(&s.phases, &|p| {
-                matches!(p, Phase::Kill(_) | Phase::Chaos(_))
+                matches!(
+                    p,
+                    Phase::Kill(_)
+                        | Phase::Chaos(_)
+                        | Phase::Disk(crate::suite::faults::DiskFault::PowerCut { .. })
+                )
             });
         for (name, set) in [
             ("lost_writes", self.lost_writes.is_some()),
@@ -331,6 +342,15 @@ impl Checks {
             if set && !(verifies || reads_judged || read_back) {
                 out.push((format!("checks.{name}"), format!("`{name}` is measured by a `verify` phase, the read-back after a kill, or reads during the load, and the suite has none: add `- verify` after a restart")));
             }
+        }
+        let power_cuts = s.workload.is_some()
+            && has_phase(&s.phases, &|p| match p {
+                Phase::Disk(crate::suite::faults::DiskFault::PowerCut { .. }) => true,
+                Phase::Chaos(c) => c.actions.contains(&crate::suite::Action::PowerCut),
+                _ => false,
+            });
+        if self.unsynced_writes.is_some() && !power_cuts {
+            out.push(("checks.unsynced_writes".into(), "`unsynced_writes` counts what power cuts took from the unsynced tail, and the suite has no `power_cut` (a phase or a chaos action) with a workload: add `- power_cut`".into()));
         }
         let loads = has_phase(&s.phases, &|p| {
             matches!(p, Phase::Run(_) | Phase::Load | Phase::Chaos(_))

@@ -9,6 +9,7 @@
 
 pub mod allocator;
 pub mod checks;
+pub mod faults;
 pub mod locate;
 pub mod matrix;
 pub mod phase;
@@ -209,6 +210,9 @@ pub struct Limits {
     pub high: Option<Size>,
     /// Swap on top of `memory` (`0B`: none).
     pub swap: Option<Size>,
+    /// Bytes the node's data directory may hold: past them, writes that
+    /// would grow it fail with ENOSPC (soak's fault filesystem).
+    pub disk: Option<Size>,
 }
 
 impl Limits {
@@ -281,6 +285,21 @@ pub struct Workload {
     /// read back at every death: reads during the load are then the oracle.
     #[serde(default = "default_true")]
     pub readback_after_restart: bool,
+    /// What a power cut may take: `strict` (the default: no acknowledged
+    /// write), or `unsynced-tail-allowed` (the newest writes of each
+    /// connection, as a node that acknowledges before its fsync loses
+    /// them; counted as `lost_unsynced`, never a hole).
+    #[serde(default)]
+    pub durability: Durability,
+}
+
+/// `workload.durability`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Durability {
+    #[default]
+    Strict,
+    UnsyncedTailAllowed,
 }
 
 fn default_true() -> bool {
@@ -359,7 +378,24 @@ const TOP_KEYS: [&str; 10] = [
     "telemetry",
 ];
 
+/// Whether `phases` put a fault on the data directory.
+fn disk_faults_in(phases: &[Phase]) -> bool {
+    phases.iter().any(|p| match p {
+        Phase::Disk(_) => true,
+        Phase::Chaos(c) => c.actions.contains(&Action::PowerCut),
+        Phase::Repeat { phases, .. } => disk_faults_in(phases),
+        _ => false,
+    })
+}
+
 impl Suite {
+    /// Whether the node's data directory must be soak's fault filesystem:
+    /// disk faults in the phases (a chaos `power_cut` among them), or a
+    /// `limits.disk`.
+    pub fn uses_disk_faults(&self) -> bool {
+        self.limits.disk.is_some() || disk_faults_in(&self.phases)
+    }
+
     /// Reads and validates a suite file.
     pub fn load(file: &Path) -> Result<Suite, SuiteError> {
         let text = std::fs::read_to_string(file).map_err(|e| SuiteError {
@@ -630,6 +666,7 @@ impl Suite {
                     | Phase::Restart
                     | Phase::Pause(_)
                     | Phase::Chaos(_)
+                    | Phase::Disk(crate::suite::faults::DiskFault::PowerCut { .. })
             );
             if needs_load && self.workload.is_none() {
                 out.push((

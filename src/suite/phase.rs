@@ -9,9 +9,10 @@ use nix::sys::signal::Signal;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
+use super::faults::DiskFault;
 use super::values::{did_you_mean, Count, Dur, Sig, Size};
 
-pub const PHASES: [&str; 16] = [
+pub const PHASES: [&str; 20] = [
     "load",
     "run",
     "kill",
@@ -28,6 +29,10 @@ pub const PHASES: [&str; 16] = [
     "upgrade",
     "downgrade",
     "network",
+    "power_cut",
+    "disk_full",
+    "io_errors",
+    "io_delay",
 ];
 
 /// One step of a suite.
@@ -73,6 +78,10 @@ pub enum Phase {
     /// proxy, see `faults::proxy`), replacing those before; `clear` lifts
     /// them.
     Network(NetworkSpec),
+    /// A fault of the node's data directory, through soak's fault
+    /// filesystem (`faults::disk`): `power_cut`, `disk_full`, `io_errors`,
+    /// `io_delay`.
+    Disk(DiskFault),
 }
 
 /// `network: { latency: 50ms, jitter: 10ms, bandwidth: 1MiB/s, blackhole:
@@ -262,7 +271,7 @@ impl<'de> Deserialize<'de> for ThroughputParse {
 
 pub use crate::model::Action;
 
-pub const ACTIONS: [&str; 3] = ["kill", "pause", "restart"];
+pub const ACTIONS: [&str; 4] = ["kill", "pause", "restart", "power_cut"];
 
 /// `chaos: { during: 10m, every: 30s..2m, actions: [kill, pause], seed: 7 }`
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -323,7 +332,7 @@ impl<'de> Deserialize<'de> for ChaosSpec {
         let (every_min, every_max) = parse_every(&r.every).map_err(de::Error::custom)?;
         if r.actions.is_empty() {
             return Err(de::Error::custom(
-                "`actions` is empty: give at least one of kill, pause, restart",
+                "`actions` is empty: give at least one of kill, pause, restart, power_cut",
             ));
         }
         Ok(ChaosSpec {
@@ -431,7 +440,10 @@ impl<'de> Deserialize<'de> for Phase {
                     "chaos" => Err(E::custom("`chaos` needs a schedule: write `- chaos: { during: 5m, every: 20s..1m, actions: [kill, pause] }`")),
                     "upgrade" | "downgrade" => Err(E::custom(format!("`{v}` needs a version: write `- {v}: NAME` with NAME under `versions:`"))),
                     "network" => Err(E::custom("`network` needs faults: write `- network: { latency: 50ms }`, or `- network: clear`")),
-                    other => Err(E::custom(unknown(other))),
+                    other => match DiskFault::from_word(other) {
+                        Some(r) => r.map(Phase::Disk).map_err(E::custom),
+                        None => Err(E::custom(unknown(other))),
+                    },
                 }
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Phase, A::Error> {
@@ -485,7 +497,10 @@ impl<'de> Deserialize<'de> for Phase {
                             "`{key}` takes no value: write `- {key}`"
                         )))
                     }
-                    other => return Err(de::Error::custom(unknown(other))),
+                    other => match DiskFault::from_map(other, &mut map) {
+                        Some(r) => Phase::Disk(r?),
+                        None => return Err(de::Error::custom(unknown(other))),
+                    },
                 };
                 if let Some(extra) = map.next_key::<String>()? {
                     return Err(de::Error::custom(format!(
@@ -518,6 +533,7 @@ impl Phase {
             Phase::Upgrade(_) => "upgrade",
             Phase::Downgrade(_) => "downgrade",
             Phase::Network(_) => "network",
+            Phase::Disk(d) => d.word(),
         }
     }
 }
@@ -535,6 +551,7 @@ impl fmt::Display for Phase {
             Phase::Upgrade(v) | Phase::Downgrade(v) => write!(f, "{} to {v}", self.word()),
             Phase::VerifyOffline => f.write_str("verify offline"),
             Phase::Network(n) => write!(f, "network {n}"),
+            Phase::Disk(d) => write!(f, "{d}"),
             Phase::Repeat { times, phases } => {
                 write!(f, "repeat {times}x ({} phases)", phases.len())
             }

@@ -152,6 +152,7 @@ manual!(Phase, "Phase", |g| {
     );
     let (count, phase) = (g.subschema_for::<Count>(), g.subschema_for::<Phase>());
     let argv = serde_json::json!({ "type": "array", "items": { "type": "string" }, "minItems": 1 });
+    let io_ops = serde_json::json!({ "type": "array", "minItems": 1, "items": { "enum": ["read", "write", "fsync"] } });
     let throughput = serde_json::json!({
         "description": "A regex whose first group is an ops/s figure in the output, e.g. '([0-9.]+) ops/sec'; or { regex, min }",
         "anyOf": [{ "type": "string" }, { "type": "object", "additionalProperties": false, "required": ["regex"],
@@ -160,7 +161,7 @@ manual!(Phase, "Phase", |g| {
     json_schema!({
         "description": format!("A phase: {}", PHASES.join(", ")),
         "anyOf": [
-            { "enum": ["load", "start", "stop", "restart", "verify", "kill"] },
+            { "enum": ["load", "start", "stop", "restart", "verify", "kill", "power_cut", "disk_full"] },
             { "type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": false,
               "properties": {
                 "run": dur, "pause": dur, "wait": dur, "kill": sig, "limit": size,
@@ -173,6 +174,16 @@ manual!(Phase, "Phase", |g| {
                     "properties": { "latency": dur, "jitter": dur,
                         "bandwidth": { "type": "string", "pattern": r"^\s*[0-9][0-9_]*(\.[0-9]+)?\s*(B|KiB|MiB|GiB|KB|MB|GB)?/s\s*$" },
                         "blackhole": { "type": "boolean" }, "reset": { "type": "boolean" }, "slow_close": dur } }] },
+                "power_cut": { "description": "SIGKILL, and every byte not fsynced dropped from the data directory (soak's fault filesystem); `torn: true` keeps a random part of each file's unsynced tail",
+                    "type": "object", "additionalProperties": false, "properties": { "torn": { "type": "boolean" } } },
+                "disk_full": { "description": "ENOSPC on writes that grow the data directory: `true` (now), a size of room left (e.g. 16MiB), or `false` (space back)",
+                    "anyOf": [{ "type": "boolean" }, size] },
+                "io_errors": { "description": "EIO on a share of the operations: { rate: 0.1, ops: [read, write, fsync], path: \"*.sst\" }, or `clear`",
+                    "anyOf": [{ "enum": ["clear", "none"] }, { "type": "object", "additionalProperties": false, "required": ["rate"],
+                    "properties": { "rate": { "type": "number", "exclusiveMinimum": 0, "maximum": 1 }, "delay": dur, "ops": io_ops, "path": { "type": "string" } } }] },
+                "io_delay": { "description": "a delay on the operations: { delay: 20ms, ops: [read, write, fsync], path: \"*.log\" }, or `clear`",
+                    "anyOf": [{ "enum": ["clear", "none"] }, { "type": "object", "additionalProperties": false, "required": ["delay"],
+                    "properties": { "rate": { "type": "number", "exclusiveMinimum": 0, "maximum": 1 }, "delay": dur, "ops": io_ops, "path": { "type": "string" } } }] },
                 "exec": { "anyOf": [argv, { "type": "object", "additionalProperties": false, "required": ["command"],
                     "properties": { "command": argv, "timeout": dur, "expect": { "type": "integer" },
                         "throughput": throughput } }] },

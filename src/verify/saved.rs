@@ -207,7 +207,7 @@ pub async fn reverify(dir: &Path, target: Option<String>) -> Result<Reverified, 
     };
     let timeout = Duration::from_secs_f64(saved.request_timeout_s);
     let keys_known = (0..ledger.keys()).filter(|k| ledger.is_touched(*k)).count();
-    let read = super::online(&target, &ledger, timeout, |done, all| {
+    let read = super::online(&target, &ledger, timeout, None, |done, all| {
         if done < all {
             eprintln!("soak verify: {done}/{all} keys");
         }

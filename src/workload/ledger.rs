@@ -1,6 +1,6 @@
 //! The ledger of writes: for every key, the newest acknowledged version,
-//! the newest version sent, and when the newest was acknowledged, in 10
-//! bytes.
+//! the newest version sent, when the newest was acknowledged, and its place
+//! in the order of all acknowledgements, in 14 bytes.
 //!
 //! Values are derived from (key, version), so the ledger never stores them:
 //! a value read back is decoded, regenerated and compared byte for byte.
@@ -31,6 +31,14 @@ pub struct Ledger {
     acked: Vec<AtomicU32>,
     sent: Vec<AtomicU32>,
     flags: Vec<AtomicU16>,
+    /// The place of each key's newest acknowledgement in the order of all
+    /// of them (0: before this ledger began, or settled by a read-back).
+    /// Each connection acknowledges its writes in order, so a power cut
+    /// that loses an acknowledged write must lose every later one of the
+    /// same connection: a later one read back is a hole (see
+    /// `verify::Tails`). Not saved: `soak verify` judges losses as lost.
+    order: Vec<AtomicU32>,
+    clock: AtomicU32,
     /// Acknowledgement times count from here (the cell's start).
     origin: std::time::Instant,
     seed: u64,
@@ -105,6 +113,8 @@ impl Ledger {
             acked: (0..keys).map(|_| AtomicU32::new(0)).collect(),
             sent: (0..keys).map(|_| AtomicU32::new(0)).collect(),
             flags: (0..keys).map(|_| AtomicU16::new(0)).collect(),
+            order: (0..keys).map(|_| AtomicU32::new(0)).collect(),
+            clock: AtomicU32::new(0),
             origin: std::time::Instant::now(),
             seed,
             set_share: (share * (1u64 << 32) as f64) as u64,
@@ -212,6 +222,8 @@ impl Ledger {
                     .map(|f| AtomicU16::new(if f & 1 == 1 { UNKNOWN } else { 0 }))
                     .collect()
             },
+            order: (0..keys).map(|_| AtomicU32::new(0)).collect(),
+            clock: AtomicU32::new(0),
             origin: std::time::Instant::now(),
             seed,
             set_share,
@@ -421,6 +433,8 @@ impl Ledger {
     /// The node acknowledged version `v` of key `k` at `now`.
     pub fn ack_at(&self, k: usize, v: u32, now: std::time::Instant) {
         self.acked[k].fetch_max(v, Relaxed);
+        let place = self.clock.fetch_add(1, Relaxed).wrapping_add(1);
+        self.order[k].store(place, Relaxed);
         let s = now.saturating_duration_since(self.origin).as_secs() as u16 & ACK_SECONDS;
         self.flags[k].store(s, Relaxed);
     }
@@ -444,6 +458,24 @@ impl Ledger {
     /// what a read about to be sent must be judged against.
     pub fn snapshot(&self, k: usize) -> (u32, u32) {
         (self.acked[k].load(Relaxed), self.sent[k].load(Relaxed))
+    }
+
+    /// The place of key `k`'s newest acknowledgement among all of them.
+    pub fn ack_order(&self, k: usize) -> u32 {
+        self.order[k].load(Relaxed)
+    }
+
+    /// A read-back after a power cut found key `k` at `seen`, older than
+    /// its acknowledged version, and the suite allows losing the unsynced
+    /// tail: that is the key's state now.
+    pub fn settle_lost(&self, k: usize, seen: Observed) {
+        let v = match seen {
+            Observed::Version(v) => v,
+            _ => 0,
+        };
+        self.flags[k].fetch_and(!UNKNOWN, Relaxed);
+        self.order[k].store(0, Relaxed);
+        self.settle(k, v);
     }
 
     pub fn is_touched(&self, k: usize) -> bool {

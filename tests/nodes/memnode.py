@@ -20,6 +20,14 @@ last 20 to 100 journal entries with probability P (seeded by --seed and
 the number of starts), as a node with a durability bug would, and says so
 in its log: "memnode: start N dropped M journal entries".
 
+The journal is written with write(2), so a killed process loses nothing;
+a power cut (soak's fault filesystem) loses what was not fsynced:
+--fsync never (the default) fsyncs nothing, --fsync always fsyncs each
+record before acknowledging it, and --fsync split keeps two journals, the
+records of keys whose CRC-32 is even in FILE, fsynced, and the others in
+FILE.b, never fsynced: a node that forgot the fsync of one of its logs,
+whose power cut leaves holes (a write lost, a later one kept).
+
 Memory is taken with anonymous mmap and written, so it is resident, and
 freed with munmap, so it leaves at once.
 """
@@ -33,6 +41,7 @@ import struct
 import sys
 import threading
 import time
+import zlib
 
 CHUNK = 256 * 1024
 
@@ -82,9 +91,10 @@ def bulk(v):
 class Journal:
     """Length-prefixed records: b"S" klen vlen key value, or b"D" klen key."""
 
-    def __init__(self, path):
+    def __init__(self, path, sync=False):
         self.path = path
         self.f = None
+        self.sync = sync
 
     def records(self):
         """(offset, op, key, value) of every whole record; a torn tail stops it."""
@@ -151,10 +161,35 @@ class Journal:
     def set(self, key, value):
         if self.f:
             self.f.write(b"S" + struct.pack("<II", len(key), len(value)) + key + value)
+            if self.sync:
+                os.fsync(self.f.fileno())
 
     def delete(self, key):
         if self.f:
             self.f.write(b"D" + struct.pack("<I", len(key)) + key)
+            if self.sync:
+                os.fsync(self.f.fileno())
+
+
+class Split:
+    """--fsync split: two journals, one fsynced and one not, by key."""
+
+    def __init__(self, path):
+        self.a = Journal(path, sync=True)
+        self.b = Journal(path + ".b", sync=False)
+
+    def open(self, db, lose_tail, seed):
+        self.a.open(db, lose_tail, seed)
+        self.b.open(db, 0.0, seed)
+
+    def pick(self, key):
+        return self.a if zlib.crc32(key) & 1 == 0 else self.b
+
+    def set(self, key, value):
+        self.pick(key).set(key, value)
+
+    def delete(self, key):
+        self.pick(key).delete(key)
 
 
 def serve(conn, db, lock, journal):
@@ -210,9 +245,13 @@ def main():
     p.add_argument("--journal")
     p.add_argument("--lose-tail", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fsync", choices=["never", "always", "split"], default="never")
     args = p.parse_args()
     db, lock = {}, threading.Lock()
-    journal = Journal(args.journal)
+    if args.fsync == "split" and args.journal:
+        journal = Split(args.journal)
+    else:
+        journal = Journal(args.journal, sync=args.fsync == "always")
     if args.journal:
         journal.open(db, args.lose_tail, args.seed)
     srv = socket.socket()
