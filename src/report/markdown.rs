@@ -197,6 +197,13 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: Option<&CellChart>) -> io::Re
         "**Integrity:** {} writes acknowledged; summed over the read-backs, {} keys as expected, {} lost, {} corrupted, {} in doubt (a write in flight at a failure; either value allowed), {} resurrected.\n",
         i.acknowledged, i.verified, i.lost, i.corrupted, i.in_doubt, i.resurrected
     )?;
+    if i.lost_unsynced > 0 {
+        writeln!(
+            w,
+            "**Lost unsynced:** {} acknowledged writes power cuts took from the unsynced tail of their connections (every later write of the connection lost too: no hole).\n",
+            i.lost_unsynced
+        )?;
+    }
     let m = &c.memory;
     writeln!(
         w,
@@ -241,6 +248,9 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: Option<&CellChart>) -> io::Re
             n.chunks_delayed,
             n.resets
         )?;
+    }
+    if let Some(d) = &c.disk_faults {
+        disk_faults(w, d)?;
     }
     series_table(w, m)?;
     if let Some(f) = m.fragmentation {
@@ -643,12 +653,76 @@ fn chart_parts(w: &mut impl Write, id: &str, chart: &CellChart) -> io::Result<()
     writeln!(w, "```\n")
 }
 
+/// What soak's fault filesystem did, in one paragraph.
+fn disk_faults(w: &mut impl Write, d: &crate::model::DiskStats) -> io::Result<()> {
+    let mut did = vec![];
+    if d.power_cuts > 0 {
+        did.push(format!(
+            "{} power cuts dropped {} not fsynced from {} files",
+            d.power_cuts,
+            Bytes(d.bytes_dropped),
+            d.files_cut
+        ));
+    }
+    if d.refused_writes > 0 {
+        did.push(format!("{} writes refused with ENOSPC", d.refused_writes));
+    }
+    let eio = d.read_errors + d.write_errors + d.fsync_errors;
+    if eio > 0 {
+        did.push(format!(
+            "{} reads, {} writes and {} fsyncs failed with EIO",
+            d.read_errors, d.write_errors, d.fsync_errors
+        ));
+    }
+    if d.delayed > 0 {
+        did.push(format!("{} operations delayed", d.delayed));
+    }
+    if did.is_empty() {
+        did.push("no fault hit".into());
+    }
+    writeln!(
+        w,
+        "**Disk faults** (soak's fault filesystem under the data directory): {}; the node made {} reads, {} writes ({}) and {} fsyncs through it.\n",
+        did.join("; "),
+        d.reads,
+        d.writes,
+        Bytes(d.bytes_written),
+        d.fsyncs
+    )
+}
+
 /// Every restart: why, how long it took, and what its death took, found
 /// by the read-back after it or by reads during the load.
 fn restarts(w: &mut impl Write, restarts: &[super::Restart]) -> io::Result<()> {
     for (n, r) in restarts.iter().enumerate() {
+        for h in &r.holes {
+            writeln!(
+                w,
+                "- restart {} ({} at {:.1} s): **a hole** in connection {}: {} acknowledged writes lost while `{}`, acknowledged after them, survived; first: `{}` version {} acknowledged at {:.1} s, read {}",
+                n + 1,
+                r.reason,
+                r.at_s,
+                h.connection,
+                thousands(h.lost),
+                h.survivor,
+                h.first_lost.key,
+                h.first_lost.acked_version,
+                h.first_lost.acked_at_s,
+                h.first_lost.read
+            )?;
+        }
+        if r.lost_unsynced > 0 {
+            writeln!(
+                w,
+                "- restart {} ({} at {:.1} s): {} acknowledged writes lost from the unsynced tail",
+                n + 1,
+                r.reason,
+                r.at_s,
+                thousands(r.lost_unsynced)
+            )?;
+        }
         let bad = r.lost + r.corrupted + r.resurrected;
-        if bad == 0 {
+        if bad == 0 || !r.holes.is_empty() {
             continue;
         }
         writeln!(
