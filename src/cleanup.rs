@@ -100,6 +100,7 @@ pub fn cleanup(run: Option<&str>, force: bool, docker_host: Option<&str>) -> Cle
         .into_iter()
         .filter(|(_, r)| run.is_none_or(|x| x == r) && !alive(r))
         .filter(|(p, _)| crate::faults::disk::unmount(p))
+        .inspect(|(p, _)| crate::faults::disk::restore(p))
         .collect();
     let mut cgroups = vec![];
     if let Ok(h) = cgroup::detect() {

@@ -619,6 +619,7 @@ async fn run_cell(
     let measured = CellMeasures {
         network: network.as_ref().map(|p| p.stats()),
         disk_faults,
+        error_replies: load.as_ref().map(|l| l.error_replies()).unwrap_or_default(),
         load: load.as_ref().map(|l| l.stats()),
         samples,
         scrapes,
@@ -639,12 +640,13 @@ struct CellMeasures {
     engine: Option<crate::model::EngineInfo>,
     network: Option<crate::model::NetworkStats>,
     disk_faults: Option<crate::model::DiskStats>,
+    error_replies: Vec<(f64, String)>,
 }
 
 /// The fault filesystem over the cell's data directory; the files live in
 /// `data.files` beside it while it is mounted.
 fn mount_fault_fs(plan: &CellPlan) -> Result<crate::faults::disk::Mounted, RunError> {
-    let backing = plan.dir.join("data.files");
+    let backing = crate::faults::disk::backing_of(&plan.data_dir);
     crate::faults::disk::Mounted::mount(
         &backing,
         &plan.data_dir,
@@ -664,16 +666,13 @@ fn mount_fault_fs(plan: &CellPlan) -> Result<crate::faults::disk::Mounted, RunEr
 /// wrote them, so that the cell's folder looks as without it (for `soak
 /// verify` and the user's own tools).
 fn unmount_fault_fs(d: Arc<crate::faults::disk::Mounted>, plan: &CellPlan) {
-    let backing = d.backing().to_path_buf();
     match Arc::try_unwrap(d) {
         Ok(m) => drop(m),
         Err(d) => {
             crate::faults::disk::unmount(d.mountpoint());
         }
     }
-    if std::fs::remove_dir(&plan.data_dir).is_ok() {
-        let _ = std::fs::rename(&backing, &plan.data_dir);
-    }
+    crate::faults::disk::restore(&plan.data_dir);
 }
 
 /// Whether any phase (inside a `repeat` too) sets network faults.
@@ -865,8 +864,47 @@ fn assemble(
         repeat_of: None,
         network: m.network,
         disk_faults: m.disk_faults,
+        recoveries: recoveries(&plan.dir.join("latency.csv"), rec.lifts),
+        error_replies: m
+            .error_replies
+            .into_iter()
+            .map(|(at_s, reply)| crate::model::ErrorReply { at_s, reply })
+            .collect(),
     };
     result
+}
+
+/// How soon after each lift the node served writes again: the end of the
+/// first interval of `latency.csv` after it with writes acknowledged and
+/// no request failed.
+fn recoveries(
+    latency_csv: &std::path::Path,
+    mut lifts: Vec<crate::model::Recovery>,
+) -> Vec<crate::model::Recovery> {
+    if lifts.is_empty() {
+        return lifts;
+    }
+    // t,ops,ops_per_s,writes,reads,errors,...
+    let rows: Vec<(f64, u64, u64)> = std::fs::read_to_string(latency_csv)
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            Some((
+                f.first()?.parse().ok()?,
+                f.get(3)?.parse().ok()?,
+                f.get(5)?.parse().ok()?,
+            ))
+        })
+        .collect();
+    for l in &mut lifts {
+        l.serving_after_s = rows
+            .iter()
+            .find(|(t, writes, errors)| *t > l.lifted_at_s && *writes > 0 && *errors == 0)
+            .map(|(t, _, _)| t - l.lifted_at_s);
+    }
+    lifts
 }
 
 /// What a node's cgroup recorded, from its files and the samples.

@@ -1461,3 +1461,88 @@ fn soak_node_loses_nothing_to_power_cuts_with_sync_and_only_a_tail_without() {
     assert!(off.integrity.lost_unsynced > 20 * 50, "{:?}", off.integrity);
     assert!(off.restarts.iter().all(|r| r.lost_unsynced > 0));
 }
+
+/// soak-node's disk fills up under load and space comes back: writes are
+/// refused with the node's own error (ENOSPC) while full, nothing
+/// acknowledged is lost, and it serves writes again after space returns,
+/// how soon the report says.
+#[test]
+fn a_full_disk_refuses_writes_loses_nothing_and_the_node_comes_back() {
+    let run = soak_run("tests/suites/disk-full.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = run.cell();
+    let d = c.disk_faults.as_ref().unwrap();
+    assert!(d.refused_writes > 0, "{d:?}");
+    assert!(
+        c.error_replies
+            .iter()
+            .any(|e| e.reply.contains("No space left on device")),
+        "{:?}",
+        c.error_replies
+    );
+    let full = &c.phases[2];
+    assert_eq!(full.phase, "run 2s");
+    assert!(full.load.as_ref().unwrap().errors > 0, "{full:?}");
+    assert_eq!((c.integrity.lost, c.integrity.corrupted), (0, 0));
+    let r = &c.recoveries[0];
+    assert_eq!(r.fault, "disk space back");
+    let back = r.serving_after_s.expect("the node served writes again");
+    assert!(back < 12.0, "{r:?}");
+    let after = c.phases.last().unwrap();
+    assert_eq!(after.phase, "verify");
+    let report =
+        std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+    assert!(
+        report.contains("**Recovery** from `disk space back`"),
+        "{report}"
+    );
+    assert!(report.contains("No space left on device"), "{report}");
+}
+
+/// EIO on a fifth of soak-node's SST reads: failed requests with the
+/// node's error, never lost or corrupted data; after the fault is
+/// cleared no request fails.
+#[test]
+fn io_errors_on_reads_are_failed_requests_never_lost_data() {
+    let run = soak_run("tests/suites/io-errors.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = run.cell();
+    let d = c.disk_faults.as_ref().unwrap();
+    assert!(d.read_errors > 0, "{d:?}");
+    assert_eq!((d.write_errors, d.fsync_errors), (0, 0));
+    let runs: Vec<_> = c
+        .phases
+        .iter()
+        .filter(|p| p.phase.starts_with("run "))
+        .map(|p| p.load.as_ref().unwrap())
+        .collect();
+    assert_eq!(runs[0].errors, 0, "{:?}", runs[0]);
+    assert!(runs[1].errors > 0, "{:?}", runs[1]);
+    assert_eq!(runs[2].errors, 0, "{:?}", runs[2]);
+    assert!(c
+        .error_replies
+        .iter()
+        .any(|e| e.reply.contains("Input/output error")));
+    let i = &c.integrity;
+    assert_eq!((i.lost, i.corrupted, i.resurrected), (0, 0, 0), "{i:?}");
+    assert!(i.verified > 10_000, "{i:?}");
+}
+
+/// soak SIGKILLed while its fault filesystem is mounted under the node:
+/// `soak cleanup` unmounts it and puts the files back, and `soak verify`
+/// finds every acknowledged write in them.
+#[test]
+fn a_killed_run_on_the_fault_filesystem_is_unmounted_by_cleanup_and_verified() {
+    let (out, cell, _dir) = kill_soak_then_verify("tests/suites/cut-short-fault-fs.yaml");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(cell.join("data/CURRENT").exists());
+    assert!(!cell.join("data.files").exists());
+    let v = reverified(&cell);
+    assert_eq!((v.integrity.lost, v.integrity.corrupted), (0, 0), "{v:?}");
+    assert!(v.integrity.verified > 2000, "{v:?}");
+}

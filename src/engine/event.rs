@@ -61,6 +61,11 @@ pub enum Event {
         dropped: u64,
         torn: bool,
     },
+    /// A fault was lifted (space back, I/O errors or delays cleared, the
+    /// network cleared): the node's recovery is measured from here.
+    FaultLifted {
+        fault: String,
+    },
     /// soak stopped the node gracefully.
     Stopped {
         why: String,
@@ -187,6 +192,7 @@ impl Event {
             Event::Died { .. } => "crashed",
             Event::Killed { .. } => "killed",
             Event::PowerCut { .. } => "power-cut",
+            Event::FaultLifted { .. } => "lifted",
             Event::Stopped { .. } => "stopped",
             Event::Paused { .. } => "paused",
             Event::Resumed => "resumed",
@@ -253,6 +259,7 @@ impl Event {
             }
             Event::Died { exit, .. } => exit.clone(),
             Event::Killed { signal, exit } => format!("{signal} ({exit})"),
+            Event::FaultLifted { fault } => format!("{fault}: recovery measured from here"),
             Event::PowerCut { dropped, torn } => format!(
                 "{} not fsynced dropped from the data directory{}",
                 crate::units::Bytes(*dropped),

@@ -535,6 +535,16 @@ impl<'a, N: Node> Cell<'a, N> {
             DiskFault::IoErrors(f) => disk.set_errors(f.clone()),
             DiskFault::IoDelay(f) => disk.set_delay(f.clone()),
         }
+        if matches!(
+            d,
+            DiskFault::DiskFull(Room::Lifted)
+                | DiskFault::IoErrors(None)
+                | DiskFault::IoDelay(None)
+        ) {
+            self.bus.emit(Event::FaultLifted {
+                fault: d.to_string(),
+            });
+        }
         Ok(format!("{d} ({} used)", crate::units::Bytes(disk.used())))
     }
 
@@ -906,6 +916,11 @@ impl<'a, N: Node> Cell<'a, N> {
             ));
         };
         p.set(*n);
+        if n.is_clear() {
+            self.bus.emit(Event::FaultLifted {
+                fault: format!("network {n}"),
+            });
+        }
         Ok(format!("network: {n}"))
     }
 

@@ -16,6 +16,8 @@ pub struct Recorder {
     pub execs: Vec<ExecResult>,
     pub upgrades: Vec<UpgradeRecord>,
     pub offline: Vec<OfflineRecord>,
+    /// Faults lifted, when (their recovery is measured after the cell).
+    pub lifts: Vec<crate::model::Recovery>,
     /// What the read-backs (after restarts, `verify` phases, offline
     /// verification) found; the load's own reads are added at the end.
     pub integrity: Integrity,
@@ -47,6 +49,11 @@ impl Recorder {
                 outcome: outcome.clone(),
                 load: load.clone(),
                 disk_bytes: *disk_bytes,
+            }),
+            Event::FaultLifted { fault } => self.lifts.push(crate::model::Recovery {
+                fault: fault.clone(),
+                lifted_at_s: t,
+                serving_after_s: None,
             }),
             Event::ChaosAction { seed, at_s, action } => self.chaos.push(ChaosRecord {
                 seed: *seed,

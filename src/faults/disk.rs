@@ -128,7 +128,8 @@ pub struct Shared {
     next_fh: AtomicU64,
     unsynced: Mutex<HashMap<u64, Unsynced>>,
     faults: RwLock<Faults>,
-    /// Bytes the files hold (their lengths), kept as they change.
+    /// Bytes the files take on disk (their blocks, as `du` counts), kept
+    /// as they change.
     used: AtomicU64,
     rng: Mutex<StdRng>,
     stats: Mutex<DiskStats>,
@@ -235,6 +236,15 @@ impl Shared {
         Ok(())
     }
 
+    /// `reserved` was taken for an operation that added `grew`.
+    fn correct(&self, reserved: u64, grew: u64) {
+        if grew > reserved {
+            self.used.fetch_add(grew - reserved, Relaxed);
+        } else {
+            self.shrink(reserved - grew);
+        }
+    }
+
     fn shrink(&self, by: u64) {
         let _ = self
             .used
@@ -244,9 +254,13 @@ impl Shared {
     fn write(&self, ino: u64, f: &File, offset: u64, data: &[u8]) -> Result<u32, Errno> {
         self.inject(IoOp::Write, ino)?;
         let _gate = self.gate.read().expect("gate");
-        let len = f.metadata().map_err(errno)?.len();
+        let md = f.metadata().map_err(errno)?;
+        let (len, before) = (md.len(), allocated(&md));
         let end = offset + data.len() as u64;
-        self.reserve(end.saturating_sub(len))?;
+        // What the write may add, at most: blocks past what the file has
+        // (RocksDB preallocates its WAL, so most appends add none).
+        let estimate = round_up(end.saturating_sub(len.max(before)));
+        self.reserve(estimate)?;
         {
             let mut unsynced = self.unsynced.lock().expect("unsynced");
             let u = unsynced.entry(ino).or_insert_with(|| Unsynced {
@@ -262,6 +276,8 @@ impl Shared {
             }
         }
         let written = f.write_all_at(data, offset).map(|_| data.len());
+        let after = f.metadata().map_or(before + estimate, |m| allocated(&m));
+        self.correct(estimate, after.saturating_sub(before));
         match written {
             Ok(n) => {
                 let mut s = self.stats.lock().expect("stats");
@@ -269,10 +285,7 @@ impl Shared {
                 s.bytes_written += n as u64;
                 Ok(n as u32)
             }
-            Err(e) => {
-                self.shrink(end.saturating_sub(len));
-                Err(errno(e))
-            }
+            Err(e) => Err(errno(e)),
         }
     }
 
@@ -307,7 +320,10 @@ impl Shared {
             let Ok(f) = OpenOptions::new().write(true).open(self.full(&rel)) else {
                 continue;
             };
-            let len = f.metadata().map(|m| m.len()).unwrap_or(u.synced_len);
+            let (len, before) = f
+                .metadata()
+                .map(|m| (m.len(), allocated(&m)))
+                .unwrap_or((u.synced_len, 0));
             let keep = if torn && len > u.synced_len {
                 self.rng
                     .lock()
@@ -320,7 +336,8 @@ impl Shared {
             if new_len < len {
                 let _ = f.set_len(new_len);
                 dropped += len - new_len;
-                self.shrink(len - new_len);
+                let after = f.metadata().map_or(before, |m| allocated(&m));
+                self.shrink(before.saturating_sub(after));
             }
             for (off, old) in u.overwritten.iter().rev() {
                 let _ = f.write_all_at(old, *off);
@@ -357,6 +374,17 @@ impl Shared {
             })
             .sum()
     }
+}
+
+/// Bytes of disk a file takes (its blocks), as `du` and soak's disk
+/// figures count them.
+fn allocated(md: &std::fs::Metadata) -> u64 {
+    md.blocks() * 512
+}
+
+/// Up to whole 4 KiB blocks.
+fn round_up(b: u64) -> u64 {
+    b.div_ceil(4096) * 4096
 }
 
 fn errno(e: io::Error) -> Errno {
@@ -501,10 +529,13 @@ impl Filesystem for FaultFs {
                     Some(Ok((_, f))) => f,
                     _ => Arc::new(OpenOptions::new().write(true).open(&path).map_err(errno)?),
                 };
-                let len = f.metadata().map_err(errno)?.len();
-                self.0.reserve(size.saturating_sub(len))?;
+                let before = allocated(&f.metadata().map_err(errno)?);
+                // Extending makes a sparse file: no blocks, nothing to
+                // reserve.
                 f.set_len(size).map_err(errno)?;
-                self.0.shrink(len.saturating_sub(size));
+                let after = f.metadata().map_or(before, |m| allocated(&m));
+                self.0.correct(0, after.saturating_sub(before));
+                self.0.shrink(before.saturating_sub(after));
                 // A truncation is metadata: durable at once, and what was
                 // cut off no longer needs putting back.
                 if let Some(u) = self.0.unsynced.lock().expect("unsynced").get_mut(&ino.0) {
@@ -577,7 +608,7 @@ impl Filesystem for FaultFs {
             let md = std::fs::symlink_metadata(&path).map_err(errno)?;
             std::fs::remove_file(&path).map_err(errno)?;
             if md.nlink() <= 1 {
-                self.0.shrink(md.len());
+                self.0.shrink(allocated(&md));
             }
             let mut inodes = self.0.inodes.lock().expect("inodes");
             if let Some(i) = inodes.inos.get(&rel).copied() {
@@ -645,7 +676,7 @@ impl Filesystem for FaultFs {
             let replaced = std::fs::symlink_metadata(self.0.full(&to)).ok();
             std::fs::rename(self.0.full(&from), self.0.full(&to)).map_err(errno)?;
             if let Some(md) = replaced.filter(|m| m.is_file() && m.nlink() <= 1) {
-                self.0.shrink(md.len());
+                self.0.shrink(allocated(&md));
             }
             let mut inodes = self.0.inodes.lock().expect("inodes");
             if let Some(i) = inodes.inos.get(&to).copied() {
@@ -893,9 +924,9 @@ impl Filesystem for FaultFs {
             let existed = path.exists();
             let f = o.open(&path).map_err(errno)?;
             if flags & libc::O_TRUNC != 0 {
-                let len = f.metadata().map_err(errno)?.len();
+                let before = allocated(&f.metadata().map_err(errno)?);
                 f.set_len(0).map_err(errno)?;
-                self.0.shrink(len);
+                self.0.shrink(before);
             }
             if !existed {
                 self.own(req, &path);
@@ -924,25 +955,20 @@ impl Filesystem for FaultFs {
     ) {
         let r = (|| {
             let (_, f) = self.0.handle(fh)?;
-            let len = f.metadata().map_err(errno)?.len();
-            let grows = mode & libc::FALLOC_FL_KEEP_SIZE == 0;
-            let grow = if grows {
-                (offset + length).saturating_sub(len)
-            } else {
-                0
-            };
+            let before = allocated(&f.metadata().map_err(errno)?);
+            // At most the range asked for (less where blocks exist).
+            let grow = round_up((offset + length).saturating_sub(before).min(length));
             self.0.reserve(grow)?;
             use std::os::fd::AsRawFd;
             let rc = unsafe {
                 // SAFETY: a plain syscall on a descriptor this handle owns.
                 libc::fallocate(f.as_raw_fd(), mode, offset as i64, length as i64)
             };
-            if rc != 0 {
-                self.0.shrink(grow);
-                return Err(errno(io::Error::last_os_error()));
-            }
+            let e = (rc != 0).then(io::Error::last_os_error);
+            let after = f.metadata().map_or(before, |m| allocated(&m));
+            self.0.correct(grow, after.saturating_sub(before));
             let _ = ino;
-            Ok(())
+            e.map_or(Ok(()), |e| Err(errno(e)))
         })();
         match r {
             Ok(()) => reply.ok(),
@@ -1043,14 +1069,40 @@ impl Mounted {
     }
 
     pub fn set_errors(&self, f: Option<IoFault>) {
+        let reads = f.as_ref().is_some_and(|f| f.ops.contains(&IoOp::Read));
         self.shared.faults.write().expect("faults").errors = f;
+        if reads {
+            self.drop_page_cache();
+        }
     }
 
     pub fn set_delay(&self, f: Option<IoFault>) {
+        let reads = f.as_ref().is_some_and(|f| f.ops.contains(&IoOp::Read));
         self.shared.faults.write().expect("faults").delay = f;
+        if reads {
+            self.drop_page_cache();
+        }
     }
 
-    /// Bytes the files hold, as soak counts them for the budget.
+    /// Drops the kernel's cached pages of every file, so that reads reach
+    /// the faults at least once (a file the node keeps open would
+    /// otherwise be read from memory, as on a real disk).
+    fn drop_page_cache(&self) {
+        let inos: Vec<u64> = self
+            .shared
+            .inodes
+            .lock()
+            .expect("inodes")
+            .paths
+            .keys()
+            .copied()
+            .collect();
+        for ino in inos {
+            let _ = self.notifier.inval_inode(INodeNo(ino), 0, 0);
+        }
+    }
+
+    /// Bytes the files take on disk, as soak counts them for the budget.
     pub fn used(&self) -> u64 {
         self.shared.used.load(Relaxed)
     }
@@ -1087,6 +1139,24 @@ impl Drop for Mounted {
 /// left alone).
 pub fn unmount(path: &Path) -> bool {
     nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH).is_ok()
+}
+
+/// Where the files of a fault filesystem mounted at `mountpoint` live:
+/// `data.files` beside `data`.
+pub fn backing_of(mountpoint: &Path) -> PathBuf {
+    let mut name = mountpoint.file_name().unwrap_or_default().to_os_string();
+    name.push(".files");
+    mountpoint.with_file_name(name)
+}
+
+/// After the unmount: the files back where the node wrote them (the
+/// mountpoint, empty now), so that `soak verify` and the user's own tools
+/// find them there.
+pub fn restore(mountpoint: &Path) {
+    let backing = backing_of(mountpoint);
+    if backing.is_dir() && std::fs::remove_dir(mountpoint).is_ok() {
+        let _ = std::fs::rename(&backing, mountpoint);
+    }
 }
 
 /// soak's fault filesystems mounted on this machine: (mountpoint, run id).

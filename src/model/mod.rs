@@ -196,6 +196,34 @@ pub struct CellResult {
     /// `io_delay`, `limits.disk`).
     #[serde(default)]
     pub disk_faults: Option<DiskStats>,
+    /// Each fault lifted (`disk_full: false`, `io_errors: clear`, ...) and
+    /// how soon after it the node served writes again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recoveries: Vec<Recovery>,
+    /// The node's distinct error replies to the load (at most 8), with
+    /// when each first came: what it said while it refused requests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub error_replies: Vec<ErrorReply>,
+}
+
+/// A fault lifted, and the node's way back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Recovery {
+    /// The phase that lifted it, as the report names phases.
+    pub fault: String,
+    /// Seconds since the cell started.
+    pub lifted_at_s: f64,
+    /// Seconds from the lift to the end of the first telemetry interval
+    /// with writes acknowledged and no request failed (at most one
+    /// interval late); none: the node never served again in the cell.
+    pub serving_after_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ErrorReply {
+    /// Seconds since the cell started, when it first came.
+    pub at_s: f64,
+    pub reply: String,
 }
 
 /// What the fault filesystem under the node's data directory did.

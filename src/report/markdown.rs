@@ -252,6 +252,32 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: Option<&CellChart>) -> io::Re
     if let Some(d) = &c.disk_faults {
         disk_faults(w, d)?;
     }
+    for r in &c.recoveries {
+        let back = match r.serving_after_s {
+            Some(s) => format!(
+                "the node acknowledged writes again, with no request failing, within {s:.1} s"
+            ),
+            None => "the node never served writes again in this cell".into(),
+        };
+        writeln!(
+            w,
+            "**Recovery** from `{}` at {:.1} s: {back}.\n",
+            r.fault, r.lifted_at_s
+        )?;
+    }
+    if !c.error_replies.is_empty() {
+        writeln!(w, "**The node's error replies** (distinct, first 8):\n")?;
+        writeln!(w, "| first at | reply |\n|---:|---|")?;
+        for e in &c.error_replies {
+            writeln!(
+                w,
+                "| {:.1} s | {} |",
+                e.at_s,
+                code_span(&table_text(&e.reply))
+            )?;
+        }
+        writeln!(w)?;
+    }
     series_table(w, m)?;
     if let Some(f) = m.fragmentation {
         let free = match (m.allocator_free_bytes, m.allocator_free_share) {
@@ -786,6 +812,12 @@ fn table_text(s: &str) -> String {
         .replace('|', "\\|")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+/// `s` as inline code, whatever backticks it holds.
+fn code_span(s: &str) -> String {
+    let ticks = "`".repeat(longest_backtick_run(s) + 1);
+    format!("{ticks} {s} {ticks}")
 }
 
 /// The longest run of backticks in `s`.

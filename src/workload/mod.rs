@@ -81,6 +81,9 @@ pub struct LoadStats {
     pub active_s: f64,
     /// SETs acknowledged by `load` phases (not part of the rate-controlled load).
     pub fill_sets: u64,
+    /// The first error reply of a connection since its last flush (moved
+    /// to the engine's list of the node's error replies).
+    error_reply: Option<String>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -103,6 +106,7 @@ impl Default for LoadStats {
             latency_us: histogram(),
             active_s: 0.0,
             fill_sets: 0,
+            error_reply: None,
         }
     }
 }
@@ -126,6 +130,7 @@ impl LoadStats {
             latency_us,
             active_s: (self.active_s - earlier.active_s).max(0.0),
             fill_sets: self.fill_sets - earlier.fill_sets,
+            error_reply: None,
         }
     }
 
@@ -221,7 +226,14 @@ struct Shared {
     /// The first write a read during the load found lost, since it was
     /// last taken ([`Engine::take_first_lost`]).
     first_lost: Option<crate::model::LostWrite>,
+    /// The node's distinct error replies (at most [`ERROR_REPLIES`]), each
+    /// with when it first came, in seconds since the load's origin.
+    error_replies: Vec<(f64, String)>,
 }
+
+/// Distinct error replies kept: what a node says when it refuses writes
+/// (a full disk, I/O errors), not a log of every refusal.
+const ERROR_REPLIES: usize = 8;
 
 /// The thread the load runs on: one single-threaded runtime, so that the
 /// load takes at most one core from the machine it shares with the node
@@ -409,6 +421,16 @@ impl Engine {
     /// call, if any.
     pub fn take_first_lost(&self) -> Option<crate::model::LostWrite> {
         self.shared.lock().expect("stats lock").first_lost.take()
+    }
+
+    /// The node's distinct error replies so far, with when each first came
+    /// (seconds since the cell's origin).
+    pub fn error_replies(&self) -> Vec<(f64, String)> {
+        self.shared
+            .lock()
+            .expect("stats lock")
+            .error_replies
+            .clone()
     }
 
     /// A handle for live progress.
@@ -778,6 +800,14 @@ impl Conn {
         if sh.first_lost.is_none() {
             sh.first_lost = first_lost.take();
         }
+        if let Some(e) = local.error_reply.take() {
+            if sh.error_replies.len() < ERROR_REPLIES
+                && !sh.error_replies.iter().any(|(_, x)| *x == e)
+            {
+                let t = self.ledger.now_s();
+                sh.error_replies.push((t, e));
+            }
+        }
         *first_lost = None;
         drop(guard);
         local.sets_ok = 0;
@@ -836,7 +866,12 @@ impl Conn {
             used += n;
             let p = link.pending.pop_front().expect("checked");
             let ok = match (p.what, reply) {
-                (_, resp::Reply::Error(_)) => false,
+                (_, resp::Reply::Error(e)) => {
+                    if local.error_reply.is_none() {
+                        local.error_reply = Some(String::from_utf8_lossy(e).into_owned());
+                    }
+                    false
+                }
                 (Sent::Get(k, snap), resp::Reply::Bulk(v)) => {
                     local.gets_ok += 1;
                     self.judge_read(k, v, snap, local, first_lost);

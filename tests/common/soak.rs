@@ -227,6 +227,14 @@ pub fn assert_nothing_left(run: &Run) {
             .collect();
         assert!(left.is_empty(), "cgroups of run {id} left: {left:?}");
     }
+    let mounts: Vec<_> = soak::faults::disk::mounts()
+        .into_iter()
+        .filter(|(_, r)| *r == id)
+        .collect();
+    assert!(
+        mounts.is_empty(),
+        "fault filesystems of run {id} left: {mounts:?}"
+    );
     let containers = containers_of(&id);
     assert!(
         containers.is_empty(),
