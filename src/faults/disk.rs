@@ -189,10 +189,13 @@ impl Shared {
     /// Applies `io_delay` and `io_errors` to `op` on inode `ino`: `Err`
     /// when this one fails.
     fn inject(&self, op: IoOp, ino: u64) -> Result<(), Errno> {
-        let faults = self.faults.read().expect("faults").clone();
-        if faults.errors.is_none() && faults.delay.is_none() {
-            return Ok(());
-        }
+        let faults = {
+            let f = self.faults.read().expect("faults");
+            if f.errors.is_none() && f.delay.is_none() {
+                return Ok(());
+            }
+            f.clone()
+        };
         let rel = self
             .inodes
             .lock()
@@ -1032,6 +1035,7 @@ impl Mounted {
         ];
         config.acl = fuser::SessionACL::All;
         config.n_threads = Some(4);
+        config.clone_fd = true;
         let session = fuser::spawn_mount(FaultFs(shared.clone()), mountpoint, &config)?;
         let notifier = session.notifier();
         Ok(Mounted {

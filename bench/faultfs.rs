@@ -1,0 +1,148 @@
+//! The cost of soak's fault filesystem when no fault is active: soak-node
+//! with its data directory on the fault filesystem against soak-node on
+//! the plain folder beneath, in the same run, with redis-benchmark: SET
+//! and GET, 8 connections, pipeline 1 and 16, 100-byte values, and SET
+//! with the WAL fsynced at each write (`--sync on`). Each pair runs three
+//! times, interleaved, the median kept. Prints a markdown table for the
+//! README.
+//!
+//!     cargo build --bin soak-node && cargo run --example faultfs [requests, default 100000]
+//!
+//! Needs root and /dev/fuse (the mount), redis-benchmark (`apt-get
+//! install redis-tools`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use soak::faults::disk::Mounted;
+
+#[path = "need.rs"]
+mod need_tool;
+use need_tool::need;
+
+const ROUNDS: usize = 3;
+
+struct Node(Child, u16);
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on 127.0.0.1")
+}
+
+fn soak_node() -> PathBuf {
+    let exe = std::env::current_exe().expect("the example's path");
+    let node = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("soak-node"))
+        .expect("target/debug");
+    if !node.exists() {
+        eprintln!("{} is missing: cargo build --bin soak-node", node.display());
+        std::process::exit(3);
+    }
+    node
+}
+
+fn start(dir: &Path, sync: bool) -> Node {
+    let port = free_port();
+    let child = Command::new(soak_node())
+        .args(["--data-dir", &dir.display().to_string()])
+        .args(["--port", &port.to_string()])
+        .args(["--sync", if sync { "on" } else { "off" }])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("soak-node starts");
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Node(child, port);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("soak-node on {} never listened", dir.display());
+}
+
+/// redis-benchmark's requests per second for one test.
+fn bench(port: u16, test: &str, pipeline: usize, requests: usize) -> f64 {
+    let out = Command::new("redis-benchmark")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-c", "8", "-P", &pipeline.to_string()])
+        .args(["-d", "100", "-r", "100000"])
+        .args(["-n", &requests.to_string(), "-t", test, "--csv", "-q"])
+        .output()
+        .expect("redis-benchmark runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find(|l| l.to_ascii_lowercase().starts_with(&format!("\"{test}\"")))
+        .and_then(|l| l.split(',').nth(1))
+        .and_then(|f| f.trim_matches('"').parse().ok())
+        .unwrap_or_else(|| panic!("redis-benchmark said: {text}"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn main() {
+    need("redis-benchmark", "redis-tools");
+    let requests: usize = std::env::args()
+        .nth(1)
+        .map(|a| a.parse().expect("a number of requests"))
+        .unwrap_or(100_000);
+    let work = tempfile::tempdir().expect("a temporary folder");
+    println!("| test | pipeline | sync | direct ops/s | through the fault filesystem | ratio |");
+    println!("|---|---:|---|---:|---:|---:|");
+    for (test, pipeline, sync) in [
+        ("set", 1, false),
+        ("set", 16, false),
+        ("get", 1, false),
+        ("get", 16, false),
+        ("set", 1, true),
+    ] {
+        let tag = format!("{test}-{pipeline}-{sync}");
+        let plain = work.path().join(format!("plain-{tag}"));
+        let mountpoint = work.path().join(format!("faulty-{tag}"));
+        let fs = Mounted::mount(
+            &work.path().join(format!("faulty-{tag}.files")),
+            &mountpoint,
+            "bench",
+            1,
+            None,
+        )
+        .expect("mount the fault filesystem (root and /dev/fuse)");
+        let direct = start(&plain, sync);
+        let faulty = start(&mountpoint, sync);
+        let n = if sync { requests / 10 } else { requests };
+        if test == "get" {
+            // Something to read: the keys redis-benchmark's GETs ask for.
+            bench(direct.1, "set", 16, n);
+            bench(faulty.1, "set", 16, n);
+        }
+        let (mut a, mut b) = (vec![], vec![]);
+        for _ in 0..ROUNDS {
+            a.push(bench(direct.1, test, pipeline, n));
+            b.push(bench(faulty.1, test, pipeline, n));
+        }
+        let (a, b) = (median(a), median(b));
+        println!(
+            "| {} | {pipeline} | {} | {a:.0} | {b:.0} | {:.2} |",
+            test.to_uppercase(),
+            if sync { "on" } else { "off" },
+            b / a
+        );
+        drop(direct);
+        drop(faulty);
+        drop(fs);
+    }
+}
