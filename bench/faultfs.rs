@@ -55,20 +55,24 @@ fn soak_node() -> PathBuf {
 
 fn start(dir: &Path, sync: bool) -> Node {
     let port = free_port();
-    let child = Command::new(soak_node())
-        .args(["--data-dir", &dir.display().to_string()])
-        .args(["--port", &port.to_string()])
-        .args(["--sync", if sync { "on" } else { "off" }])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("soak-node starts");
+    let mut node = Node(
+        Command::new(soak_node())
+            .args(["--data-dir", &dir.display().to_string()])
+            .args(["--port", &port.to_string()])
+            .args(["--sync", if sync { "on" } else { "off" }])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("soak-node starts"),
+        port,
+    );
     for _ in 0..200 {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Node(child, port);
+            return node;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    let _ = node.0.kill();
     panic!("soak-node on {} never listened", dir.display());
 }
 
