@@ -244,7 +244,7 @@ impl Ledger {
     }
 
     /// Bytes the ledger holds per key.
-    pub const BYTES_PER_KEY: usize = 10;
+    pub const BYTES_PER_KEY: usize = 14;
 
     /// Acknowledgement times count from `origin` (the cell's start).
     pub fn set_origin(&mut self, origin: std::time::Instant) {
