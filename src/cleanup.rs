@@ -1,7 +1,7 @@
 //! `soak cleanup`: removes what an interrupted run left behind, found by
 //! soak's own labels only: cgroups named `soak-<run id>-<cell>`, processes
 //! whose environment holds `SOAK_RUN_ID`, and fault filesystems mounted
-//! from `soak-<run id>`.
+//! from `soakfs-<run id>`.
 //!
 //! On a shared host (a CI machine running two jobs) another shell's run
 //! may be alive: each run holds a lock for its whole life

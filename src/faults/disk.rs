@@ -949,7 +949,7 @@ impl Filesystem for FaultFs {
     fn fallocate(
         &self,
         _req: &Request,
-        ino: INodeNo,
+        _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
@@ -970,7 +970,6 @@ impl Filesystem for FaultFs {
             let e = (rc != 0).then(io::Error::last_os_error);
             let after = f.metadata().map_or(before, |m| allocated(&m));
             self.0.correct(grow, after.saturating_sub(before));
-            let _ = ino;
             e.map_or(Ok(()), |e| Err(errno(e)))
         })();
         match r {
