@@ -675,10 +675,12 @@ fn unmount_fault_fs(d: Arc<crate::faults::disk::Mounted>, plan: &CellPlan) {
     crate::faults::disk::restore(&plan.data_dir);
 }
 
-/// Whether any phase (inside a `repeat` too) sets network faults.
+/// Whether any phase (inside a `repeat` too) sets network faults, or may
+/// as a chaos action.
 fn uses_network(phases: &[Phase]) -> bool {
     phases.iter().any(|p| match p {
         Phase::Network(_) => true,
+        Phase::Chaos(c) => c.on_network(),
         Phase::Repeat { phases, .. } => uses_network(phases),
         _ => false,
     })
@@ -864,7 +866,7 @@ fn assemble(
         repeat_of: None,
         network: m.network,
         disk_faults: m.disk_faults,
-        recoveries: recoveries(&plan.dir.join("latency.csv"), rec.lifts),
+        recoveries: recoveries(&plan.dir.join("latency.csv"), rec.lifts, &rec.faults_at),
         error_replies: m
             .error_replies
             .into_iter()
@@ -876,10 +878,11 @@ fn assemble(
 
 /// How soon after each lift the node served writes again: the end of the
 /// first interval of `latency.csv` after it with writes acknowledged and
-/// no request failed.
+/// no request failed, if that came before the next fault (`faults_at`).
 fn recoveries(
     latency_csv: &std::path::Path,
     mut lifts: Vec<crate::model::Recovery>,
+    faults_at: &[f64],
 ) -> Vec<crate::model::Recovery> {
     if lifts.is_empty() {
         return lifts;
@@ -899,8 +902,15 @@ fn recoveries(
         })
         .collect();
     for l in &mut lifts {
+        let next = faults_at
+            .iter()
+            .copied()
+            .filter(|&t| t >= l.lifted_at_s)
+            .reduce(f64::min);
+        l.next_fault_after_s = next.map(|t| t - l.lifted_at_s);
         l.serving_after_s = rows
             .iter()
+            .take_while(|(t, _, _)| next.is_none_or(|n| *t <= n))
             .find(|(t, writes, errors)| *t > l.lifted_at_s && *writes > 0 && *errors == 0)
             .map(|(t, _, _)| t - l.lifted_at_s);
     }

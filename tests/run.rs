@@ -1528,6 +1528,58 @@ fn io_errors_on_reads_are_failed_requests_never_lost_data() {
     assert!(i.verified > 10_000, "{i:?}");
 }
 
+/// Faults beyond kill as chaos actions, drawn from the seed: each network
+/// or disk fault is held, lifted by soak, recorded in the summary with its
+/// words and its hold, and the node serves writes again after each; the
+/// kills among them restart it; nothing acknowledged is lost.
+#[test]
+fn chaos_holds_network_and_disk_faults_lifts_each_and_loses_nothing() {
+    let run = soak_run("tests/suites/chaos-faults.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = run.cell();
+    let faults: Vec<&str> = c.chaos.iter().filter_map(|a| a.fault.as_deref()).collect();
+    for kind in [
+        "network blackhole",
+        "network latency 100ms",
+        "disk full",
+        "I/O errors",
+    ] {
+        assert!(
+            faults
+                .iter()
+                .any(|f| f.starts_with(kind) && f.ends_with(" for 1s")),
+            "{kind} among {faults:?}"
+        );
+    }
+    assert!(c
+        .chaos
+        .iter()
+        .any(|a| a.action == soak::model::Action::Kill));
+    assert_eq!(c.recoveries.len(), faults.len(), "{:?}", c.recoveries);
+    // A recovery is measured up to the next fault; the last has the
+    // cell's last run to come back in.
+    for r in &c.recoveries {
+        assert!(
+            r.serving_after_s.is_some() || r.next_fault_after_s.is_some(),
+            "{r:?}"
+        );
+        if let (Some(s), Some(n)) = (r.serving_after_s, r.next_fault_after_s) {
+            assert!(s <= n, "{r:?}");
+        }
+    }
+    let last = c.recoveries.last().unwrap();
+    assert!(last.serving_after_s.is_some(), "{last:?}");
+    let d = c.disk_faults.as_ref().unwrap();
+    assert!(d.refused_writes > 0 || d.read_errors > 0, "{d:?}");
+    let n = c.network.expect("the proxy's figures");
+    assert!(n.bytes_blackholed > 0 && n.chunks_delayed > 0, "{n:?}");
+    let i = &c.integrity;
+    assert_eq!((i.lost, i.corrupted), (0, 0), "{i:?}");
+    let report =
+        std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+    assert!(report.contains("disk full for 1s"), "{report}");
+}
+
 /// soak SIGKILLed while its fault filesystem is mounted under the node:
 /// `soak cleanup` unmounts it and puts the files back, and `soak verify`
 /// finds every acknowledged write in them.

@@ -61,6 +61,11 @@ pub enum Event {
         dropped: u64,
         torn: bool,
     },
+    /// A network or disk fault was put in force (a phase or a chaos
+    /// action): a recovery under way is cut short by it.
+    FaultSet {
+        fault: String,
+    },
     /// A fault was lifted (space back, I/O errors or delays cleared, the
     /// network cleared): the node's recovery is measured from here.
     FaultLifted {
@@ -103,6 +108,8 @@ pub enum Event {
         seed: u64,
         at_s: f64,
         action: Action,
+        /// A network or disk fault's own words, with its hold.
+        fault: Option<String>,
     },
     ExecStarted {
         command: String,
@@ -193,6 +200,7 @@ impl Event {
             Event::Killed { .. } => "killed",
             Event::PowerCut { .. } => "power-cut",
             Event::FaultLifted { .. } => "lifted",
+            Event::FaultSet { .. } => "fault",
             Event::Stopped { .. } => "stopped",
             Event::Paused { .. } => "paused",
             Event::Resumed => "resumed",
@@ -260,6 +268,7 @@ impl Event {
             Event::Died { exit, .. } => exit.clone(),
             Event::Killed { signal, exit } => format!("{signal} ({exit})"),
             Event::FaultLifted { fault } => format!("{fault}: recovery measured from here"),
+            Event::FaultSet { fault } => fault.clone(),
             Event::PowerCut { dropped, torn } => format!(
                 "{} not fsynced dropped from the data directory{}",
                 crate::units::Bytes(*dropped),
@@ -286,7 +295,15 @@ impl Event {
             Event::ChaosPlanned { seed, actions } => {
                 format!("seed {seed}: {actions} actions planned")
             }
-            Event::ChaosAction { action, at_s, .. } => format!("{action:?} at +{at_s:.3}s"),
+            Event::ChaosAction {
+                action,
+                at_s,
+                fault,
+                ..
+            } => match fault {
+                Some(f) => format!("{f} at +{at_s:.3}s"),
+                None => format!("{action:?} at +{at_s:.3}s"),
+            },
             Event::ExecStarted { command } => command.clone(),
             Event::Swap { from, to, .. } => format!("{from} -> {to}"),
             Event::Refused { to, reason } => format!("{to} would not start: {reason}"),

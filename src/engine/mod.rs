@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use crate::driver::{Death, DriverError, Launch, Node};
 use crate::model::{Cause, ExecResult, Integrity, Oracle, Swap, SwapOutcome, UpgradeRecord};
 use crate::suite::faults::{DiskFault, Room};
-use crate::suite::{template, Action, ChaosSpec, ExecSpec, Phase};
+use crate::suite::{template, ChaosAction, ChaosSpec, ExecSpec, Phase};
 use crate::telemetry::Target;
 use crate::units::human_duration;
 use crate::verify::{self, VerifyError};
@@ -535,16 +535,19 @@ impl<'a, N: Node> Cell<'a, N> {
             DiskFault::IoErrors(f) => disk.set_errors(f.clone()),
             DiskFault::IoDelay(f) => disk.set_delay(f.clone()),
         }
-        if matches!(
-            d,
-            DiskFault::DiskFull(Room::Lifted)
-                | DiskFault::IoErrors(None)
-                | DiskFault::IoDelay(None)
-        ) {
-            self.bus.emit(Event::FaultLifted {
-                fault: d.to_string(),
-            });
-        }
+        let fault = d.to_string();
+        self.bus.emit(
+            if matches!(
+                d,
+                DiskFault::DiskFull(Room::Lifted)
+                    | DiskFault::IoErrors(None)
+                    | DiskFault::IoDelay(None)
+            ) {
+                Event::FaultLifted { fault }
+            } else {
+                Event::FaultSet { fault }
+            },
+        );
         Ok(format!("{d} ({} used)", crate::units::Bytes(disk.used())))
     }
 
@@ -847,26 +850,45 @@ impl<'a, N: Node> Cell<'a, N> {
             if p.at > now {
                 self.hold(p.at - now).await?;
             }
+            let hold = c.hold.mul_f64(self.ctx.scale);
+            let lift = p.action.lift();
             self.bus.emit(Event::ChaosAction {
                 seed,
                 at_s: p.at.as_secs_f64(),
-                action: p.action,
+                action: p.action.kind(),
+                fault: lift
+                    .is_some()
+                    .then(|| format!("{} for {}", p.action, human_duration(hold))),
             });
-            match p.action {
-                Action::Kill => {
+            match &p.action {
+                ChaosAction::Kill => {
                     self.kill(c.signal.0, Cause::Chaos).await?;
                     self.start().await?;
                 }
-                Action::Pause => {
+                ChaosAction::Pause => {
                     self.pause_node(c.pause.mul_f64(self.ctx.scale)).await?;
                 }
-                Action::Restart => {
+                ChaosAction::Restart => {
                     self.stop(Cause::Chaos).await?;
                     self.start().await?;
                 }
-                Action::PowerCut => {
-                    self.power_cut(false).await?;
+                ChaosAction::Network(n) => {
+                    self.network(n)?;
                 }
+                ChaosAction::Disk(d) => {
+                    self.disk_fault(d).await?;
+                }
+            }
+            if let Some(lift) = lift {
+                // Lifted even when the hold is cut short, so that an
+                // interrupted run leaves no fault in force.
+                let held = self.hold(hold).await;
+                match lift {
+                    ChaosAction::Network(n) => self.network(&n)?,
+                    ChaosAction::Disk(d) => self.disk_fault(&d).await?,
+                    _ => unreachable!("only faults are lifted"),
+                };
+                held?;
             }
         }
         let during = c.during.mul_f64(self.ctx.scale);
@@ -916,11 +938,12 @@ impl<'a, N: Node> Cell<'a, N> {
             ));
         };
         p.set(*n);
-        if n.is_clear() {
-            self.bus.emit(Event::FaultLifted {
-                fault: format!("network {n}"),
-            });
-        }
+        let fault = format!("network {n}");
+        self.bus.emit(if n.is_clear() {
+            Event::FaultLifted { fault }
+        } else {
+            Event::FaultSet { fault }
+        });
         Ok(format!("network: {n}"))
     }
 

@@ -18,6 +18,10 @@ pub struct Recorder {
     pub offline: Vec<OfflineRecord>,
     /// Faults lifted, when (their recovery is measured after the cell).
     pub lifts: Vec<crate::model::Recovery>,
+    /// When faults were put in force (chaos actions, power cuts, network
+    /// and disk faults), seconds since the cell started: a recovery is
+    /// measured up to the next one.
+    pub faults_at: Vec<f64>,
     /// What the read-backs (after restarts, `verify` phases, offline
     /// verification) found; the load's own reads are added at the end.
     pub integrity: Integrity,
@@ -54,12 +58,23 @@ impl Recorder {
                 fault: fault.clone(),
                 lifted_at_s: t,
                 serving_after_s: None,
+                next_fault_after_s: None,
             }),
-            Event::ChaosAction { seed, at_s, action } => self.chaos.push(ChaosRecord {
-                seed: *seed,
-                at_s: *at_s,
-                action: *action,
-            }),
+            Event::FaultSet { .. } | Event::PowerCut { .. } => self.faults_at.push(t),
+            Event::ChaosAction {
+                seed,
+                at_s,
+                action,
+                fault,
+            } => {
+                self.faults_at.push(t);
+                self.chaos.push(ChaosRecord {
+                    seed: *seed,
+                    at_s: *at_s,
+                    action: *action,
+                    fault: fault.clone(),
+                })
+            }
             Event::ExecFinished { result, .. } => self.execs.push(result.clone()),
             Event::Swapped { record } => self.upgrades.push((**record).clone()),
             Event::OfflineVerified { record, .. } => {

@@ -6,14 +6,14 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::suite::{Action, ChaosSpec};
+use crate::suite::{ChaosAction, ChaosSpec};
 
 /// One planned action, `at` after the chaos phase began.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Planned {
     #[serde(serialize_with = "secs")]
     pub at: Duration,
-    pub action: Action,
+    pub action: ChaosAction,
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -40,7 +40,7 @@ pub fn plan(spec: &ChaosSpec, seed: u64, scale: f64) -> Vec<Planned> {
         if t >= during.as_secs_f64() || lo <= 0.0 {
             return out;
         }
-        let action = spec.actions[rng.random_range(0..spec.actions.len())];
+        let action = spec.actions[rng.random_range(0..spec.actions.len())].clone();
         out.push(Planned {
             at: Duration::from_secs_f64(t),
             action,
@@ -58,9 +58,10 @@ mod tests {
             during: Duration::from_secs(600),
             every_min: Duration::from_secs(20),
             every_max: Duration::from_secs(60),
-            actions: vec![Action::Kill, Action::Pause, Action::Restart],
+            actions: vec![ChaosAction::Kill, ChaosAction::Pause, ChaosAction::Restart],
             seed: None,
             pause: Duration::from_secs(5),
+            hold: Duration::from_secs(5),
             signal: Sig(nix::sys::signal::Signal::SIGKILL),
         }
     }

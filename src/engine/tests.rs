@@ -371,10 +371,13 @@ async fn a_chaos_schedule_is_applied_as_planned() {
     let done = &r.bus.recorder.chaos;
     assert_eq!(done.len(), plan.len());
     for (p, d) in plan.iter().zip(done) {
-        assert_eq!((d.seed, d.action), (11, p.action));
+        assert_eq!((d.seed, d.action), (11, p.action.kind()));
         assert!((d.at_s - p.at.as_secs_f64()).abs() < 1e-9);
     }
-    let kills = plan.iter().filter(|p| p.action == Action::Kill).count();
+    let kills = plan
+        .iter()
+        .filter(|p| p.action == ChaosAction::Kill)
+        .count();
     let restarts = plan.len() - kills;
     let calls = r.calls.lock().unwrap();
     assert_eq!(calls.kills.len(), kills);

@@ -215,8 +215,13 @@ pub struct Recovery {
     pub lifted_at_s: f64,
     /// Seconds from the lift to the end of the first telemetry interval
     /// with writes acknowledged and no request failed (at most one
-    /// interval late); none: the node never served again in the cell.
+    /// interval late); none: the node did not serve again before the
+    /// next fault, or the end of the cell.
     pub serving_after_s: Option<f64>,
+    /// Seconds from the lift to the next fault (a chaos action, a power
+    /// cut, a network or disk fault), which ends the measurement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_fault_after_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -375,6 +380,10 @@ pub enum Action {
     /// then a start.
     #[serde(rename = "power_cut")]
     PowerCut,
+    /// Network faults on soak's proxy, held, then cleared.
+    Network,
+    /// A disk fault (full, I/O errors, delays), held, then lifted.
+    Disk,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -383,6 +392,10 @@ pub struct ChaosRecord {
     /// Offset from the start of the chaos phase, as planned.
     pub at_s: f64,
     pub action: Action,
+    /// The fault, for `network` and `disk` actions (e.g. "network latency
+    /// 200ms", "disk full"), with how long it was held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

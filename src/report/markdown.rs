@@ -170,7 +170,10 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: Option<&CellChart>) -> io::Re
         let acts: Vec<String> = c
             .chaos
             .iter()
-            .map(|x| format!("{:?} +{:.1}s", x.action, x.at_s).to_lowercase())
+            .map(|x| match &x.fault {
+                Some(f) => format!("{} +{:.1}s", code_span(f), x.at_s),
+                None => format!("{:?} +{:.1}s", x.action, x.at_s).to_lowercase(),
+            })
             .collect();
         writeln!(w, "Chaos (seed {}): {}\n", c.chaos[0].seed, acts.join(", "))?;
     }
@@ -257,7 +260,12 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: Option<&CellChart>) -> io::Re
             Some(s) => format!(
                 "the node acknowledged writes again, with no request failing, within {s:.1} s"
             ),
-            None => "the node never served writes again in this cell".into(),
+            None => match r.next_fault_after_s {
+                Some(n) => format!(
+                    "the node had not served writes again, with no request failing, when the next fault came {n:.1} s later"
+                ),
+                None => "the node never served writes again in this cell".into(),
+            },
         };
         writeln!(
             w,
@@ -804,7 +812,6 @@ fn restarts(w: &mut impl Write, restarts: &[super::Restart]) -> io::Result<()> {
     writeln!(w)
 }
 
-/// `1,204`.
 /// Text from outside (a node's log, an engine) on one line of a table or
 /// a paragraph: no line breaks, no column breaks, no HTML.
 fn table_text(s: &str) -> String {
@@ -825,6 +832,7 @@ fn longest_backtick_run(s: &str) -> usize {
     s.split(|c| c != '`').map(str::len).max().unwrap_or(0)
 }
 
+/// `1,204`.
 fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();

@@ -346,7 +346,7 @@ impl Checks {
         let power_cuts = s.workload.is_some()
             && has_phase(&s.phases, &|p| match p {
                 Phase::Disk(crate::suite::faults::DiskFault::PowerCut { .. }) => true,
-                Phase::Chaos(c) => c.actions.contains(&crate::suite::Action::PowerCut),
+                Phase::Chaos(c) => c.power_cuts(),
                 _ => false,
             });
         if self.unsynced_writes.is_some() && !power_cuts {

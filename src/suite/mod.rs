@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 pub use checks::{Checks, CountCheck, Severity};
 pub use matrix::{CellDef, Matrix};
-pub use phase::{Action, ChaosSpec, ExecSpec, NetworkSpec, Phase};
+pub use phase::{Action, ChaosAction, ChaosSpec, ExecSpec, NetworkSpec, Phase};
 pub use values::{Count, Dur, GrowthRate, LoadRate, Rate, Sig, Size, SizeRange};
 
 use allocator::Profile;
@@ -382,7 +382,7 @@ const TOP_KEYS: [&str; 10] = [
 fn disk_faults_in(phases: &[Phase]) -> bool {
     phases.iter().any(|p| match p {
         Phase::Disk(_) => true,
-        Phase::Chaos(c) => c.actions.contains(&Action::PowerCut),
+        Phase::Chaos(c) => c.on_disk(),
         Phase::Repeat { phases, .. } => disk_faults_in(phases),
         _ => false,
     })
@@ -648,14 +648,16 @@ impl Suite {
         for (i, p) in phases.iter().enumerate() {
             let path = format!("{at}[{i}]");
             let word = p.word();
-            let needs_load = matches!(
-                p,
-                Phase::Load
-                    | Phase::Run(_)
-                    | Phase::Verify
-                    | Phase::VerifyOffline
-                    | Phase::Network(_)
-            );
+            let on_network = match p {
+                Phase::Network(_) => true,
+                Phase::Chaos(c) => c.on_network(),
+                _ => false,
+            };
+            let needs_load = on_network
+                || matches!(
+                    p,
+                    Phase::Load | Phase::Run(_) | Phase::Verify | Phase::VerifyOffline
+                );
             let needs_running = matches!(
                 p,
                 Phase::Load
@@ -671,7 +673,7 @@ impl Suite {
             if needs_load && self.workload.is_none() {
                 out.push((
                     path,
-                    if word == "network" {
+                    if on_network {
                         "`network` faults sit between the built-in load and the node: add a `workload:` section".into()
                     } else {
                         format!("`{word}` needs a workload: add a `workload:` section")

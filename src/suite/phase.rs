@@ -271,7 +271,162 @@ impl<'de> Deserialize<'de> for ThroughputParse {
 
 pub use crate::model::Action;
 
-pub const ACTIONS: [&str; 4] = ["kill", "pause", "restart", "power_cut"];
+/// The words a chaos action may be; faults with parameters are one-key
+/// maps (`{ network: { latency: 200ms } }`, `{ io_errors: { rate: 0.1 } }`).
+pub const ACTIONS: [&str; 9] = [
+    "kill",
+    "pause",
+    "restart",
+    "power_cut",
+    "partition",
+    "disk_full",
+    "network",
+    "io_errors",
+    "io_delay",
+];
+
+/// One thing a chaos schedule may do to the node, its data directory or
+/// its network.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChaosAction {
+    /// The chaos signal (SIGKILL by default), then a start.
+    Kill,
+    /// SIGSTOP for the pause time, then SIGCONT.
+    Pause,
+    /// A graceful stop, then a start.
+    Restart,
+    /// Network faults on the proxy, held for `hold`, then cleared.
+    Network(NetworkSpec),
+    /// A disk fault: a power cut (at once), or a fault held for `hold`
+    /// and then lifted.
+    Disk(DiskFault),
+}
+
+impl ChaosAction {
+    /// What the summary records for it.
+    pub fn kind(&self) -> Action {
+        match self {
+            ChaosAction::Kill => Action::Kill,
+            ChaosAction::Pause => Action::Pause,
+            ChaosAction::Restart => Action::Restart,
+            ChaosAction::Network(_) => Action::Network,
+            ChaosAction::Disk(DiskFault::PowerCut { .. }) => Action::PowerCut,
+            ChaosAction::Disk(_) => Action::Disk,
+        }
+    }
+
+    /// The fault that lifts this one after its hold, if it is held.
+    pub fn lift(&self) -> Option<ChaosAction> {
+        use super::faults::Room;
+        Some(match self {
+            ChaosAction::Network(_) => ChaosAction::Network(NetworkSpec::default()),
+            ChaosAction::Disk(DiskFault::DiskFull(_)) => {
+                ChaosAction::Disk(DiskFault::DiskFull(Room::Lifted))
+            }
+            ChaosAction::Disk(DiskFault::IoErrors(_)) => {
+                ChaosAction::Disk(DiskFault::IoErrors(None))
+            }
+            ChaosAction::Disk(DiskFault::IoDelay(_)) => ChaosAction::Disk(DiskFault::IoDelay(None)),
+            _ => return None,
+        })
+    }
+
+    /// Whether it goes through soak's fault filesystem.
+    pub fn on_disk(&self) -> bool {
+        matches!(self, ChaosAction::Disk(_))
+    }
+}
+
+impl fmt::Display for ChaosAction {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            ChaosAction::Kill => f.write_str("kill"),
+            ChaosAction::Pause => f.write_str("pause"),
+            ChaosAction::Restart => f.write_str("restart"),
+            ChaosAction::Network(n) => write!(f, "network {n}"),
+            ChaosAction::Disk(d) => write!(f, "{d}"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ChaosAction {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        const HELD: &str = "soak lifts a chaos fault itself after the schedule's `hold`: give the fault, not its lifting";
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ChaosAction;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(
+                    f,
+                    "a chaos action: kill, pause, restart, power_cut, partition, disk_full, or a fault such as `{{ network: {{ latency: 200ms }} }}` or `{{ io_errors: {{ rate: 0.1 }} }}`"
+                )
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ChaosAction, E> {
+                match v {
+                    "kill" => Ok(ChaosAction::Kill),
+                    "pause" => Ok(ChaosAction::Pause),
+                    "restart" => Ok(ChaosAction::Restart),
+                    "partition" => Ok(ChaosAction::Network(NetworkSpec {
+                        blackhole: true,
+                        ..NetworkSpec::default()
+                    })),
+                    "network" => Err(E::custom("a `network` action needs faults: write `{ network: { latency: 200ms } }`, or `partition` for a blackhole")),
+                    other => match DiskFault::from_word(other) {
+                        Some(r) => r.map(ChaosAction::Disk).map_err(E::custom),
+                        None => Err(E::custom(format!(
+                            "unknown chaos action `{other}`{}; actions: {}",
+                            did_you_mean(other, ACTIONS),
+                            ACTIONS.join(", ")
+                        ))),
+                    },
+                }
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ChaosAction, A::Error> {
+                let Some(key) = map.next_key::<String>()? else {
+                    return Err(de::Error::custom(
+                        "an empty map is not a chaos action: write e.g. `{ network: { latency: 200ms } }`",
+                    ));
+                };
+                let action = if key == "network" {
+                    let n = map.next_value::<NetworkSpec>()?;
+                    if n.is_clear() {
+                        return Err(de::Error::custom(HELD));
+                    }
+                    ChaosAction::Network(n)
+                } else {
+                    match DiskFault::from_map(&key, &mut map) {
+                        Some(r) => ChaosAction::Disk(r?),
+                        None => {
+                            return Err(de::Error::custom(format!(
+                                "unknown chaos action `{key}`{}; actions: {}",
+                                did_you_mean(&key, ACTIONS),
+                                ACTIONS.join(", ")
+                            )))
+                        }
+                    }
+                };
+                if matches!(
+                    action,
+                    ChaosAction::Disk(
+                        DiskFault::DiskFull(super::faults::Room::Lifted)
+                            | DiskFault::IoErrors(None)
+                            | DiskFault::IoDelay(None)
+                    )
+                ) {
+                    return Err(de::Error::custom(HELD));
+                }
+                if let Some(extra) = map.next_key::<String>()? {
+                    return Err(de::Error::custom(format!(
+                        "one action per list item: `{extra}` must be its own `{{ {extra}: ... }}`"
+                    )));
+                }
+                Ok(action)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
 
 /// `chaos: { during: 10m, every: 30s..2m, actions: [kill, pause], seed: 7 }`
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -282,13 +437,35 @@ pub struct ChaosSpec {
     pub every_min: Duration,
     #[serde(serialize_with = "secs")]
     pub every_max: Duration,
-    pub actions: Vec<Action>,
+    pub actions: Vec<ChaosAction>,
     /// Fixed seed for this schedule; without it, the run's seed.
     pub seed: Option<u64>,
     /// How long a `pause` action holds the node.
     #[serde(serialize_with = "secs")]
     pub pause: Duration,
+    /// How long a network or disk fault lasts before soak lifts it.
+    #[serde(serialize_with = "secs")]
+    pub hold: Duration,
     pub signal: Sig,
+}
+
+impl ChaosSpec {
+    /// Whether any action goes through soak's fault filesystem.
+    pub fn on_disk(&self) -> bool {
+        self.actions.iter().any(ChaosAction::on_disk)
+    }
+
+    /// Whether any action cuts the power.
+    pub fn power_cuts(&self) -> bool {
+        self.actions.iter().any(|a| a.kind() == Action::PowerCut)
+    }
+
+    /// Whether any action puts faults on the network proxy.
+    pub fn on_network(&self) -> bool {
+        self.actions
+            .iter()
+            .any(|a| matches!(a, ChaosAction::Network(_)))
+    }
 }
 
 /// A span `30s..2m`, or one duration `1m` (min = max).
@@ -312,15 +489,17 @@ impl<'de> Deserialize<'de> for ChaosSpec {
             during: Dur,
             every: String,
             #[serde(default = "default_actions")]
-            actions: Vec<Action>,
+            actions: Vec<ChaosAction>,
             seed: Option<Count>,
             #[serde(default = "default_pause")]
             pause: Dur,
+            #[serde(default = "default_pause")]
+            hold: Dur,
             #[serde(default = "default_chaos_signal")]
             signal: Sig,
         }
-        fn default_actions() -> Vec<Action> {
-            vec![Action::Kill]
+        fn default_actions() -> Vec<ChaosAction> {
+            vec![ChaosAction::Kill]
         }
         fn default_pause() -> Dur {
             Dur(Duration::from_secs(5))
@@ -332,7 +511,7 @@ impl<'de> Deserialize<'de> for ChaosSpec {
         let (every_min, every_max) = parse_every(&r.every).map_err(de::Error::custom)?;
         if r.actions.is_empty() {
             return Err(de::Error::custom(
-                "`actions` is empty: give at least one of kill, pause, restart, power_cut",
+                "`actions` is empty: give at least one of kill, pause, restart, power_cut, partition, disk_full, or a fault such as `{ network: { latency: 200ms } }`",
             ));
         }
         Ok(ChaosSpec {
@@ -342,6 +521,7 @@ impl<'de> Deserialize<'de> for ChaosSpec {
             actions: r.actions,
             seed: r.seed.map(|s| s.0),
             pause: r.pause.0,
+            hold: r.hold.0,
             signal: r.signal,
         })
     }

@@ -158,6 +158,29 @@ manual!(Phase, "Phase", |g| {
         "anyOf": [{ "type": "string" }, { "type": "object", "additionalProperties": false, "required": ["regex"],
             "properties": { "regex": { "type": "string" }, "min": { "type": "string", "pattern": r"^\s*[0-9][0-9_]*(\.[0-9]+)?\s*(k|K|M)?/s\s*$" } } }]
     });
+    let network = serde_json::json!({ "description": "faults between the load and the node (soak's proxy): latency (added to every reply), jitter, bandwidth (e.g. 1MiB/s), blackhole, reset, slow_close; or `clear`",
+                    "anyOf": [{ "enum": ["clear", "none"] }, { "type": "object", "additionalProperties": false,
+                    "properties": { "latency": dur, "jitter": dur,
+                        "bandwidth": { "type": "string", "pattern": r"^\s*[0-9][0-9_]*(\.[0-9]+)?\s*(B|KiB|MiB|GiB|KB|MB|GB)?/s\s*$" },
+                        "blackhole": { "type": "boolean" }, "reset": { "type": "boolean" }, "slow_close": dur } }] });
+    let power_cut = serde_json::json!({ "description": "SIGKILL, and every byte not fsynced dropped from the data directory (soak's fault filesystem); `torn: true` keeps a random part of each file's unsynced tail",
+                    "type": "object", "additionalProperties": false, "properties": { "torn": { "type": "boolean" } } });
+    let disk_full = serde_json::json!({ "description": "ENOSPC on writes that grow the data directory: `true` (now), a size of room left (e.g. 16MiB), or `false` (space back)",
+                    "anyOf": [{ "type": "boolean" }, size] });
+    let io_errors = serde_json::json!({ "description": "EIO on a share of the operations: { rate: 0.1, ops: [read, write, fsync], path: \"*.sst\" }, or `clear`",
+                    "anyOf": [{ "enum": ["clear", "none"] }, { "type": "object", "additionalProperties": false, "required": ["rate"],
+                    "properties": { "rate": { "type": "number", "exclusiveMinimum": 0, "maximum": 1 }, "delay": dur, "ops": io_ops, "path": { "type": "string" } } }] });
+    let io_delay = serde_json::json!({ "description": "a delay on the operations: { delay: 20ms, ops: [read, write, fsync], path: \"*.log\" }, or `clear`",
+                    "anyOf": [{ "enum": ["clear", "none"] }, { "type": "object", "additionalProperties": false, "required": ["delay"],
+                    "properties": { "rate": { "type": "number", "exclusiveMinimum": 0, "maximum": 1 }, "delay": dur, "ops": io_ops, "path": { "type": "string" } } }] });
+    let chaos_action = serde_json::json!({
+        "description": "a chaos action: a word, or a fault that soak holds for the schedule's `hold` and then lifts",
+        "anyOf": [
+            { "enum": ACTIONS.iter().filter(|a| !matches!(**a, "network" | "io_errors" | "io_delay")).collect::<Vec<_>>() },
+            { "type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": false,
+              "properties": { "network": network, "power_cut": power_cut, "disk_full": disk_full, "io_errors": io_errors, "io_delay": io_delay } }
+        ]
+    });
     json_schema!({
         "description": format!("A phase: {}", PHASES.join(", ")),
         "anyOf": [
@@ -169,21 +192,11 @@ manual!(Phase, "Phase", |g| {
                 "verify": { "enum": ["acknowledged-writes", "online", "offline"] },
                 "upgrade": { "type": "string", "description": "a name under `versions:`" },
                 "downgrade": { "type": "string", "description": "a name under `versions:`" },
-                "network": { "description": "faults between the load and the node (soak's proxy): latency (added to every reply), jitter, bandwidth (e.g. 1MiB/s), blackhole, reset, slow_close; or `clear`",
-                    "anyOf": [{ "enum": ["clear", "none"] }, { "type": "object", "additionalProperties": false,
-                    "properties": { "latency": dur, "jitter": dur,
-                        "bandwidth": { "type": "string", "pattern": r"^\s*[0-9][0-9_]*(\.[0-9]+)?\s*(B|KiB|MiB|GiB|KB|MB|GB)?/s\s*$" },
-                        "blackhole": { "type": "boolean" }, "reset": { "type": "boolean" }, "slow_close": dur } }] },
-                "power_cut": { "description": "SIGKILL, and every byte not fsynced dropped from the data directory (soak's fault filesystem); `torn: true` keeps a random part of each file's unsynced tail",
-                    "type": "object", "additionalProperties": false, "properties": { "torn": { "type": "boolean" } } },
-                "disk_full": { "description": "ENOSPC on writes that grow the data directory: `true` (now), a size of room left (e.g. 16MiB), or `false` (space back)",
-                    "anyOf": [{ "type": "boolean" }, size] },
-                "io_errors": { "description": "EIO on a share of the operations: { rate: 0.1, ops: [read, write, fsync], path: \"*.sst\" }, or `clear`",
-                    "anyOf": [{ "enum": ["clear", "none"] }, { "type": "object", "additionalProperties": false, "required": ["rate"],
-                    "properties": { "rate": { "type": "number", "exclusiveMinimum": 0, "maximum": 1 }, "delay": dur, "ops": io_ops, "path": { "type": "string" } } }] },
-                "io_delay": { "description": "a delay on the operations: { delay: 20ms, ops: [read, write, fsync], path: \"*.log\" }, or `clear`",
-                    "anyOf": [{ "enum": ["clear", "none"] }, { "type": "object", "additionalProperties": false, "required": ["delay"],
-                    "properties": { "rate": { "type": "number", "exclusiveMinimum": 0, "maximum": 1 }, "delay": dur, "ops": io_ops, "path": { "type": "string" } } }] },
+                "network": network,
+                "power_cut": power_cut,
+                "disk_full": disk_full,
+                "io_errors": io_errors,
+                "io_delay": io_delay,
                 "exec": { "anyOf": [argv, { "type": "object", "additionalProperties": false, "required": ["command"],
                     "properties": { "command": argv, "timeout": dur, "expect": { "type": "integer" },
                         "throughput": throughput } }] },
@@ -193,8 +206,8 @@ manual!(Phase, "Phase", |g| {
                     "properties": {
                         "during": dur,
                         "every": { "type": "string", "description": "MIN..MAX between actions, e.g. 30s..2m" },
-                        "actions": { "type": "array", "items": { "enum": ACTIONS } },
-                        "seed": count, "pause": dur, "signal": sig
+                        "actions": { "type": "array", "minItems": 1, "items": chaos_action },
+                        "seed": count, "pause": dur, "hold": dur, "signal": sig
                     } }
               } }
         ]
