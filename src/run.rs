@@ -872,6 +872,7 @@ fn assemble(
             .into_iter()
             .map(|(at_s, reply)| crate::model::ErrorReply { at_s, reply })
             .collect(),
+        log_errors: crate::analysis::log::error_lines(&plan.dir.join("node.log"), 8),
     };
     result
 }

@@ -245,6 +245,68 @@ fn teku_upgrade_the_disk_check_sees_the_doubling_and_passes_after_compaction() {
     assert_eq!((c.integrity.lost, c.integrity.corrupted), (0, 0));
 }
 
+/// Teku's doubling on a disk sized for the database before the upgrade
+/// (`limits.disk`, soak's fault filesystem): the version writing without
+/// compression needs more than the disk has to migrate (its compaction
+/// writes the new files beside the old), and the report holds both the
+/// disk check and the node's own words for it; nothing acknowledged is
+/// lost.
+#[test]
+fn teku_upgrade_on_a_disk_too_small_for_the_doubling_shows_the_disk_check_and_the_nodes_errors() {
+    let _one = one_at_a_time();
+    require_tool("redis-cli", "redis-tools");
+    let dir = tempfile::tempdir().unwrap();
+    let small_memtables =
+        "\"--block-cache\", \"64MiB\", \"--write-buffer-size\", \"8MiB\", \"--compression\"";
+    let suite = variant(
+        &dir,
+        "suites/teku-upgrade.yaml",
+        &[
+            ("keys: 300_000", "keys: 60_000"),
+            (
+                "limits: { memory: 512MiB }",
+                "limits: { memory: 512MiB, disk: 150MiB }",
+            ),
+            (
+                "\"--block-cache\", \"64MiB\", \"--compression\", \"lz4\"]",
+                "\"--block-cache\", \"64MiB\", \"--compression\", \"none\"]",
+            ),
+            (
+                "\"--block-cache\", \"64MiB\", \"--compression\"",
+                small_memtables,
+            ),
+        ],
+    );
+    assert_eq!(
+        std::fs::read_to_string(&suite)
+            .unwrap()
+            .matches("8MiB")
+            .count(),
+        2
+    );
+    let run = soak_run(&suite, &["--duration-scale", "0.25"]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let c = run.cell();
+    let growth = c.checks.iter().find(|k| k.name == "disk growth").unwrap();
+    assert_eq!(growth.verdict, Verdict::Fail, "{growth:?}");
+    let d = c
+        .disk_faults
+        .as_ref()
+        .expect("the fault filesystem's figures");
+    assert!(d.refused_writes > 0, "{d:?}");
+    assert!(
+        c.log_errors
+            .iter()
+            .any(|l| l.line.contains("No space left on device")),
+        "{:?}",
+        c.log_errors
+    );
+    assert_eq!((c.integrity.lost, c.integrity.corrupted), (0, 0));
+    let report = report(&run);
+    assert!(report.contains("**What the node logged**"), "{report}");
+    assert!(report.contains("| disk growth | ❌ fail |"), "{report}");
+}
+
 /// KAFKA-4484 (seed 001), the largest and the smallest configuration of
 /// its sweep, three runs each: peak RSS falls with the block cache and
 /// the write buffers by more than the runs' own spread, and the report

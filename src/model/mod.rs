@@ -204,6 +204,10 @@ pub struct CellResult {
     /// when each first came: what it said while it refused requests.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub error_replies: Vec<ErrorReply>,
+    /// Lines of the node's log that read as errors (distinct up to their
+    /// numbers, at most 8), with how often each came.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub log_errors: Vec<LogLine>,
 }
 
 /// A fault lifted, and the node's way back.
@@ -222,6 +226,12 @@ pub struct Recovery {
     /// cut, a network or disk fault), which ends the measurement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_fault_after_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LogLine {
+    pub line: String,
+    pub count: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -219,6 +219,19 @@ fn execute(ctx: &Ctx, conn: &mut Conn, req: &[Vec<u8>], out: &mut Vec<u8>) -> Fl
 }
 
 fn db_error(out: &mut Vec<u8>, e: rocksdb::Error) {
+    storage_error(out, &e.to_string());
+}
+
+/// A storage error: the reply, and a line on stderr the first few times
+/// it is seen (a full disk fails every write; its log says so once).
+fn storage_error(out: &mut Vec<u8>, e: &str) {
+    static LOGGED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    if let Ok(mut seen) = LOGGED.lock() {
+        if seen.len() < 32 && !seen.iter().any(|s| s == e) {
+            seen.push(e.to_string());
+            eprintln!("soak-node: storage error: {e}");
+        }
+    }
     reply::error(out, &format!("ERR storage: {e}"));
 }
 
@@ -291,7 +304,7 @@ fn dispatch(
         // Not Redis: a full compaction, answered when it is done.
         (b"COMPACT", 0) => match tokio::task::block_in_place(|| ctx.store.compact_all()) {
             Ok(()) => reply::simple(out, "OK"),
-            Err(e) => db_error(out, e),
+            Err(e) => storage_error(out, &e),
         },
         (b"SELECT", 1) => {
             if args[0] == b"0" {

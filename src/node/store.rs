@@ -206,23 +206,46 @@ impl Store {
     /// default column family is reached without a handle: a database
     /// created by this process has none for it (`cf_handle("default")` is
     /// `None`), and COMPACT once returned at once there, compacting nothing.
-    pub fn compact_all(&self) -> Result<(), rocksdb::Error> {
+    ///
+    /// A compaction that fails in the background (no space for its
+    /// output, say) is an error here too: RocksDB's manual compaction
+    /// returns nothing, so the count of background errors is compared,
+    /// and the reason read from RocksDB's LOG.
+    pub fn compact_all(&self) -> Result<(), String> {
+        let errors = || self.int_property("rocksdb.background-errors").unwrap_or(0);
+        let before = errors();
         let mut co = rocksdb::CompactOptions::default();
         co.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::Force);
         co.set_exclusive_manual_compaction(true);
-        self.db.flush()?;
+        let e = |e: rocksdb::Error| e.to_string();
+        self.db.flush().map_err(e)?;
         self.db.compact_range_opt(None::<&[u8]>, None::<&[u8]>, &co);
-        for name in DB::list_cf(&Options::default(), &self.data_dir)? {
+        for name in DB::list_cf(&Options::default(), &self.data_dir).map_err(e)? {
             if name == rocksdb::DEFAULT_COLUMN_FAMILY_NAME {
                 continue;
             }
             if let Some(cf) = self.db.cf_handle(&name) {
-                self.db.flush_cf(cf)?;
+                self.db.flush_cf(cf).map_err(e)?;
                 self.db
                     .compact_range_cf_opt(cf, None::<&[u8]>, None::<&[u8]>, &co);
             }
         }
+        if errors() > before {
+            let why = self
+                .last_background_error()
+                .unwrap_or_else(|| "see RocksDB's LOG".into());
+            return Err(format!("the compaction failed in the background: {why}"));
+        }
         Ok(())
+    }
+
+    /// The newest background error RocksDB's LOG names (`Background IO
+    /// error IO error: No space left on device: ...`).
+    fn last_background_error(&self) -> Option<String> {
+        let log = std::fs::read_to_string(self.data_dir.join("LOG")).ok()?;
+        log.lines()
+            .rev()
+            .find_map(|l| l.split_once("] Background ").map(|(_, r)| r.to_string()))
     }
 
     /// Flushes memtables and the WAL so that a clean stop leaves nothing to

@@ -277,12 +277,18 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: Option<&CellChart>) -> io::Re
         writeln!(w, "**The node's error replies** (distinct, first 8):\n")?;
         writeln!(w, "| first at | reply |\n|---:|---|")?;
         for e in &c.error_replies {
-            writeln!(
-                w,
-                "| {:.1} s | {} |",
-                e.at_s,
-                code_span(&table_text(&e.reply))
-            )?;
+            writeln!(w, "| {:.1} s | {} |", e.at_s, table_code(&e.reply))?;
+        }
+        writeln!(w)?;
+    }
+    if !c.log_errors.is_empty() {
+        writeln!(
+            w,
+            "**What the node logged** (lines of node.log that read as errors, distinct up to their numbers, first 8):\n"
+        )?;
+        writeln!(w, "| times | line |\n|---:|---|")?;
+        for l in &c.log_errors {
+            writeln!(w, "| {} | {} |", l.count, table_code(&l.line))?;
         }
         writeln!(w)?;
     }
@@ -819,6 +825,13 @@ fn table_text(s: &str) -> String {
         .replace('|', "\\|")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+/// Text from outside as inline code in a table cell: one line, its pipes
+/// escaped (GitHub splits cells on them even in code); `<` stays as it
+/// is, since code is never HTML.
+fn table_code(s: &str) -> String {
+    code_span(&s.replace(['\n', '\r'], " ").replace('|', "\\|"))
 }
 
 /// `s` as inline code, whatever backticks it holds.

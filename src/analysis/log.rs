@@ -1,0 +1,119 @@
+//! What the node said about its own trouble: the lines of its log that
+//! read as errors, distinct, so that a report can show "No space left on
+//! device" beside the disk check that the node's own words explain.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use crate::model::LogLine;
+
+/// Words that mark a line as an error in the logs of the usual nodes
+/// (RocksDB's `[ERROR]`, Redis's `# Error`, Java's exceptions, Rust's
+/// panics, the C library's `strerror` texts).
+static ERROR: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(error|errors|panic|panicked|fatal|failed|failure|exception|no space left|corrupt(ion|ed)?)\b")
+        .expect("a valid regex")
+});
+
+/// How much of a log is read: a node that logs gigabytes still gets a
+/// report in seconds, its first errors shown.
+const MAX_BYTES: u64 = 256 << 20;
+
+/// Longest line kept; the rest is cut with an ellipsis.
+const MAX_LINE: usize = 300;
+
+/// The first `max` distinct error lines of the log at `path`, each with
+/// how often it (or a line differing only in its numbers) came.
+pub fn error_lines(path: &Path, max: usize) -> Vec<LogLine> {
+    let Ok(f) = std::fs::File::open(path) else {
+        return vec![];
+    };
+    let mut out: Vec<(String, LogLine)> = vec![];
+    let reader = BufReader::new(std::io::Read::take(f, MAX_BYTES));
+    for line in reader.split(b'\n').map_while(Result::ok) {
+        let line = String::from_utf8_lossy(&line);
+        let line = line.trim();
+        if !ERROR.is_match(line) {
+            continue;
+        }
+        let key = shape(line);
+        if let Some((_, seen)) = out.iter_mut().find(|(k, _)| *k == key) {
+            seen.count += 1;
+        } else if out.len() < max {
+            out.push((
+                key,
+                LogLine {
+                    line: cut(line),
+                    count: 1,
+                },
+            ));
+        }
+    }
+    out.into_iter().map(|(_, l)| l).collect()
+}
+
+/// The line with every run of digits as one `#`: the same error at
+/// another time, file number or offset is the same error.
+fn shape(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut in_digits = false;
+    for c in line.chars() {
+        if c.is_ascii_digit() {
+            if !in_digits {
+                out.push('#');
+            }
+            in_digits = true;
+        } else {
+            out.push(c);
+            in_digits = false;
+        }
+    }
+    out
+}
+
+fn cut(line: &str) -> String {
+    match line.char_indices().nth(MAX_LINE) {
+        Some((i, _)) => format!("{}…", &line[..i]),
+        None => line.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_lines_are_distinct_up_to_their_numbers_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("node.log");
+        std::fs::write(
+            &log,
+            "ready on 6379\n\
+             2026/12/01-18:44:41 [WARN] Background IO error: No space left on device: 000073.sst\n\
+             GET 17 ok\n\
+             2026/12/01-18:44:42 [WARN] Background IO error: No space left on device: 000074.sst\n\
+             thread 'main' panicked at src/main.rs:3:5\n\
+             terrorize is not a word of ours\n",
+        )
+        .unwrap();
+        let lines = error_lines(&log, 8);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].line.ends_with("000073.sst"));
+        assert_eq!(lines[0].count, 2);
+        assert!(lines[1].line.contains("panicked"));
+        assert_eq!(error_lines(&log, 1).len(), 1);
+        assert!(error_lines(&dir.path().join("none.log"), 8).is_empty());
+    }
+
+    #[test]
+    fn a_long_line_is_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("node.log");
+        std::fs::write(&log, format!("error: {}\n", "é".repeat(1000))).unwrap();
+        let l = &error_lines(&log, 8)[0];
+        assert_eq!(l.line.chars().count(), MAX_LINE + 1);
+    }
+}
