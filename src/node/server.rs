@@ -219,7 +219,7 @@ fn execute(ctx: &Ctx, conn: &mut Conn, req: &[Vec<u8>], out: &mut Vec<u8>) -> Fl
 }
 
 fn db_error(out: &mut Vec<u8>, e: rocksdb::Error) {
-    storage_error(out, &e.to_string());
+    storage_error(out, e.as_ref());
 }
 
 /// A storage error: the reply, and a line on stderr the first few times
