@@ -1621,8 +1621,13 @@ fn redis_loses_nothing_to_power_cuts_with_appendfsync_always_and_a_tail_with_eve
     }
     assert_eq!(always.integrity.lost_unsynced, 0, "{:?}", always.integrity);
     assert!(everysec.integrity.lost_unsynced > 0);
-    // 1000 ops/s, 70% SETs and 10% DELs: 800 writes a second.
+    // 1000 ops/s, 70% SETs and 10% DELs: 800 writes a second. Redis's
+    // own bound for `everysec` is two seconds: while a background fsync
+    // is still running, it postpones the next one for up to two seconds
+    // (redis.io, "Redis persistence", and `flushAppendOnlyFile` in
+    // aof.c); here, with the tests' other nodes on two cores, one cut
+    // once took 1.5 s of writes.
     for r in &everysec.restarts {
-        assert!(r.lost_unsynced < 1200, "more than 1.5 s of writes: {r:?}");
+        assert!(r.lost_unsynced < 2000, "more than 2.5 s of writes: {r:?}");
     }
 }
