@@ -270,6 +270,10 @@ pub fn main() -> i32 {
                 for missing in &merged.missing_shards {
                     eprintln!("soak: shard {missing} is missing: its cells are not in the report");
                 }
+                let charts = crate::report::charts::of_run(&dir, &merged);
+                if let Err(e) = crate::report::ci::publish(&merged, &charts) {
+                    eprintln!("soak: cannot write the CI job summary: {e}");
+                }
                 exit::of_verdict(merged.verdict)
             }
             Err(e) => report_error(e),
@@ -437,6 +441,10 @@ fn run_command(opts: RunOptions) -> i32 {
                     }
                 }
                 eprintln!("soak: verdict {}", summary.verdict.as_str());
+                let charts = crate::report::charts::of_run(&dir, &summary);
+                if let Err(e) = crate::report::ci::publish(&summary, &charts) {
+                    eprintln!("soak: cannot write the CI job summary: {e}");
+                }
                 exit::of_summary(&summary)
             }
             Err(e) => {

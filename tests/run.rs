@@ -1631,3 +1631,77 @@ fn redis_loses_nothing_to_power_cuts_with_appendfsync_always_and_a_tail_with_eve
         assert!(r.lost_unsynced < 2000, "more than 2.5 s of writes: {r:?}");
     }
 }
+
+/// A failing run on GitHub Actions: the job summary is appended to
+/// `$GITHUB_STEP_SUMMARY` (what was there stays), each failed check is an
+/// `::error` annotation naming the cell, and pr-comment.md beside the
+/// report fits a pull request comment.
+#[test]
+fn a_failing_run_writes_the_job_summary_annotations_and_a_pr_comment() {
+    require_tool("python3", "python3");
+    let dir = tempfile::tempdir().unwrap();
+    let step = dir.path().join("step-summary.md");
+    std::fs::write(&step, "## an earlier step\n").unwrap();
+    let summary_env = format!("GITHUB_STEP_SUMMARY={}", step.display());
+    let run = soak_run_in(
+        &["env", "GITHUB_ACTIONS=true", &summary_env],
+        "tests/suites/forgetful.yaml",
+        &[],
+    );
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let lost = run.cell().integrity.lost;
+    assert!(lost > 0);
+    let text = std::fs::read_to_string(&step).unwrap();
+    assert!(
+        text.starts_with("## an earlier step\n### soak: forgetful — ❌ fail"),
+        "{text}"
+    );
+    assert!(text.contains("**Failed and warned checks:**"), "{text}");
+    assert!(
+        text.contains(&format!("lost_writes: measured {lost}, limit 0")),
+        "{text}"
+    );
+    assert!(!text.contains("::error"), "{text}");
+    assert!(text.contains("```mermaid\nxychart-beta"), "{text}");
+    let stdout = String::from_utf8_lossy(&run.out.stdout);
+    let errors: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("::error "))
+        .collect();
+    assert_eq!(errors.len(), 1, "{stdout}");
+    assert!(
+        errors[0].starts_with(&format!(
+            "::error title=soak forgetful%3A cell default::lost_writes: measured {lost}, limit 0"
+        )),
+        "{stdout}"
+    );
+    let comment =
+        std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("pr-comment.md")).unwrap();
+    assert!(comment.chars().count() < 65_536);
+    assert!(
+        comment.contains("<details><summary>default — ❌ fail</summary>"),
+        "{comment}"
+    );
+    // The templates' merge step: one shard merged, its comment beside it,
+    // and the job summary appended once more.
+    let merged = dir.path().join("merged");
+    let out = Command::new("env")
+        .args(["GITHUB_ACTIONS=true", &summary_env])
+        .arg(env!("CARGO_BIN_EXE_soak"))
+        .args(["report", "merge"])
+        .arg(run.report_dir.as_ref().unwrap())
+        .arg("--out")
+        .arg(&merged)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(merged.join("pr-comment.md").exists());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("::error title=soak forgetful"));
+    let text = std::fs::read_to_string(&step).unwrap();
+    assert_eq!(text.matches("### soak: forgetful").count(), 2, "{text}");
+}

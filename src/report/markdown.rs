@@ -6,7 +6,7 @@ use super::charts::CellChart;
 use super::{CellResult, Latency, LoadSummary, Summary, Verdict};
 use crate::units::Bytes;
 
-fn badge(v: Verdict) -> &'static str {
+pub(crate) fn badge(v: Verdict) -> &'static str {
     match v {
         Verdict::Pass => "✅ pass",
         Verdict::Warn => "⚠️ warn",
@@ -15,7 +15,7 @@ fn badge(v: Verdict) -> &'static str {
     }
 }
 
-fn mib_per_h(v: Option<f64>) -> String {
+pub(crate) fn mib_per_h(v: Option<f64>) -> String {
     match v {
         Some(v) => format!("{:+.1} MiB/h", v / (1024.0 * 1024.0)),
         None => "n/a".into(),
@@ -140,7 +140,7 @@ fn expectations(w: &mut impl Write, s: &Summary) -> io::Result<()> {
 }
 
 /// One latency figure of a load, in milliseconds, or "n/a".
-fn ms(l: &LoadSummary, f: impl Fn(&Latency) -> u64) -> String {
+pub(crate) fn ms(l: &LoadSummary, f: impl Fn(&Latency) -> u64) -> String {
     l.latency_us
         .as_ref()
         .map(|x| format!("{:.2} ms", f(x) as f64 / 1000.0))
@@ -566,7 +566,7 @@ fn phases_table(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
 }
 
 /// RSS over time as a mermaid line chart, with the limit as a second line.
-fn chart_rss(
+pub(crate) fn chart_rss(
     w: &mut impl Write,
     id: &str,
     points: &[(f64, u64)],
@@ -820,7 +820,7 @@ fn restarts(w: &mut impl Write, restarts: &[super::Restart]) -> io::Result<()> {
 
 /// Text from outside (a node's log, an engine) on one line of a table or
 /// a paragraph: no line breaks, no column breaks, no HTML.
-fn table_text(s: &str) -> String {
+pub(crate) fn table_text(s: &str) -> String {
     s.replace(['\n', '\r'], " ")
         .replace('|', "\\|")
         .replace('<', "&lt;")
@@ -835,7 +835,7 @@ fn table_code(s: &str) -> String {
 }
 
 /// `s` as inline code, whatever backticks it holds.
-fn code_span(s: &str) -> String {
+pub(crate) fn code_span(s: &str) -> String {
     let ticks = "`".repeat(longest_backtick_run(s) + 1);
     format!("{ticks} {s} {ticks}")
 }

@@ -3,6 +3,7 @@
 //! `xychart-beta` so they render in a pull request comment).
 
 pub mod charts;
+pub mod ci;
 pub mod compare;
 pub mod junit;
 pub mod markdown;
@@ -14,16 +15,16 @@ pub use crate::model::*;
 
 pub use crate::units::human_duration;
 
-/// Writes `summary.json`, `report.md` and `junit.xml` into `dir`,
-/// replacing them.
+/// Writes `summary.json`, `report.md`, `pr-comment.md` and `junit.xml`
+/// into `dir`, replacing them.
 pub fn write_all(dir: &Path, summary: &Summary, charts: &charts::Charts) -> std::io::Result<()> {
     let json = serde_json::to_string_pretty(summary).map_err(std::io::Error::other)?;
     std::fs::write(dir.join("summary.json"), json + "\n")?;
     write_rendered(dir, summary, charts)
 }
 
-/// Writes what is rendered from a summary, `report.md` and `junit.xml`,
-/// into `dir`, replacing them.
+/// Writes what is rendered from a summary, `report.md`, `pr-comment.md`
+/// and `junit.xml`, into `dir`, replacing them.
 pub fn write_rendered(
     dir: &Path,
     summary: &Summary,
@@ -32,5 +33,6 @@ pub fn write_rendered(
     let mut md = Vec::new();
     markdown::write(&mut md, summary, charts)?;
     std::fs::write(dir.join("junit.xml"), junit::write(summary))?;
+    std::fs::write(dir.join("pr-comment.md"), ci::pr_comment(summary, charts))?;
     std::fs::write(dir.join("report.md"), md)
 }
