@@ -589,7 +589,10 @@ pub(crate) fn chart_rss(
     let t_end = picked.last().map(|p| p.0).unwrap_or(0.0);
     writeln!(
         w,
-        "```mermaid\nxychart-beta\n    title \"RSS of {id} (MiB{})\"",
+        // Blue RSS, a grey limit: mermaid's default first colour is a
+        // pale lavender that hardly shows on white.
+        "```mermaid\n%%{{init: {{\"themeVariables\": {{\"xyChart\": {{\"plotColorPalette\": \"#1f77b4, #7f7f7f\"}}}}}}}}%%\nxychart-beta\n    title \"RSS of {} (MiB{})\"",
+        chart_text(id),
         if limit.is_some() {
             "; flat line: the limit"
         } else {
@@ -605,6 +608,13 @@ pub(crate) fn chart_rss(
         writeln!(w, "    line [{}]", flat.join(", "))?;
     }
     writeln!(w, "```\n")
+}
+
+/// Text inside a chart's quoted title: mermaid's xychart has no escape
+/// for a double quote (a cell id may hold one), and a line break ends the
+/// statement.
+fn chart_text(s: &str) -> String {
+    s.replace('"', "'").replace(['\n', '\r'], " ")
 }
 
 /// Colours of the lines in [`chart_parts`], in order, with their names for
@@ -677,9 +687,10 @@ fn chart_parts(w: &mut impl Write, id: &str, chart: &CellChart) -> io::Result<()
     let palette: Vec<&str> = PALETTE.iter().take(lines.len()).map(|p| p.0).collect();
     writeln!(
         w,
-        "\nLines: {}.\n\n```mermaid\n%%{{init: {{\"themeVariables\": {{\"xyChart\": {{\"plotColorPalette\": \"{}\"}}}}}}}}%%\nxychart-beta\n    title \"Memory of {id} (MiB)\"",
+        "\nLines: {}.\n\n```mermaid\n%%{{init: {{\"themeVariables\": {{\"xyChart\": {{\"plotColorPalette\": \"{}\"}}}}}}}}%%\nxychart-beta\n    title \"Memory of {} (MiB)\"",
         legend.join(", "),
-        palette.join(", ")
+        palette.join(", "),
+        chart_text(id)
     )?;
     writeln!(w, "    x-axis \"seconds\" 0 --> {:.0}", t_end.ceil())?;
     writeln!(w, "    y-axis \"MiB\" 0 --> {:.0}", top.ceil().max(1.0))?;

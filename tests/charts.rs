@@ -1,0 +1,157 @@
+//! Every chart a real report holds renders with the real mermaid (from the
+//! npm registry, installed under `target/lint-tools/` the first time) in
+//! headless Chromium (Debian's `chromium`): a parse error in any fails.
+//! The smoke suite, shortened, has both kinds: RSS against the limit, and
+//! the node's own memory figures beside it; report.md, pr-comment.md and
+//! the job summary are all read.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::soak::*;
+
+const MERMAID: &str = "mermaid@11.17.2";
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// mermaid's browser build, installed once.
+fn mermaid_js() -> PathBuf {
+    let npm = root().join("target/lint-tools/npm");
+    let js = npm.join("node_modules/mermaid/dist/mermaid.min.js");
+    if !js.exists() {
+        let out = Command::new("npm")
+            .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&npm)
+            .arg(MERMAID)
+            .output()
+            .expect("npm (bash scripts/deps installs nodejs)");
+        assert!(
+            out.status.success(),
+            "npm install {MERMAID} failed (the npm registry must be reachable): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    js
+}
+
+/// The ```mermaid blocks of a markdown text.
+fn charts_in(md: &str) -> Vec<String> {
+    md.split("```mermaid\n")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("\n```").map(|(c, _)| c.to_string()))
+        .collect()
+}
+
+/// What mermaid says of each chart: `ok` or `error: ...`, in order.
+fn render(charts: &[String]) -> Vec<String> {
+    let chromium = which("chromium").expect(
+        "chromium renders the charts: bash scripts/deps installs it (apt-get install chromium)",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let list = serde_json::to_string(charts).unwrap();
+    std::fs::write(
+        dir.path().join("charts.js"),
+        format!("const CHARTS = {list};\n"),
+    )
+    .unwrap();
+    let page = std::fs::read_to_string(root().join("tests/lint/mermaid.html"))
+        .unwrap()
+        .replace("MERMAID_JS", &format!("file://{}", mermaid_js().display()))
+        .replace(
+            "CHARTS_JS",
+            &format!("file://{}", dir.path().join("charts.js").display()),
+        );
+    let html = dir.path().join("page.html");
+    std::fs::write(&html, page).unwrap();
+    let out = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--allow-file-access-from-files",
+            "--virtual-time-budget=60000",
+            "--dump-dom",
+        ])
+        .arg(format!("file://{}", html.display()))
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let result = dom
+        .split_once("<pre id=\"out\">")
+        .and_then(|(_, r)| r.split_once("</pre>"))
+        .map(|(r, _)| r.to_string())
+        .unwrap_or_default();
+    let mut lines = result.lines();
+    assert_eq!(
+        lines.next(),
+        Some("done"),
+        "the page did not finish: {result}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    lines.map(str::to_string).collect()
+}
+
+fn which(tool: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(tool))
+            .find(|f| f.exists())
+    })
+}
+
+#[test]
+fn every_chart_of_a_real_report_renders_in_mermaid() {
+    let dir = tempfile::tempdir().unwrap();
+    let step = dir.path().join("step-summary.md");
+    let summary_env = format!("GITHUB_STEP_SUMMARY={}", step.display());
+    let run = soak_run_in(
+        &["env", &summary_env],
+        "suites/smoke.yaml",
+        &["--duration-scale", "0.2"],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let report_dir = run.report_dir.as_ref().unwrap();
+    let mut charts = vec![];
+    for (file, at_least) in [
+        (report_dir.join("report.md"), 2),
+        (report_dir.join("pr-comment.md"), 1),
+        (step, 1),
+    ] {
+        let found = charts_in(&std::fs::read_to_string(&file).unwrap());
+        assert!(
+            found.len() >= at_least,
+            "{}: {} charts",
+            file.display(),
+            found.len()
+        );
+        charts.extend(found);
+    }
+    assert!(charts.iter().any(|c| c.contains("title \"RSS of default")));
+    assert!(charts
+        .iter()
+        .any(|c| c.contains("title \"Memory of default")));
+    let verdicts = render(&charts);
+    assert_eq!(verdicts.len(), charts.len());
+    for (chart, verdict) in charts.iter().zip(&verdicts) {
+        assert_eq!(verdict, "ok", "{chart}");
+    }
+}
+
+/// The renderer does find a broken chart (a quote inside a title).
+#[test]
+fn a_broken_chart_is_an_error() {
+    let good = "xychart-beta\n    title \"RSS of a'b (MiB)\"\n    x-axis \"seconds\" 0 --> 9\n    y-axis \"MiB\" 0 --> 17\n    line [0.0, 15.0, 15.1]";
+    let bad = good.replace("a'b", "a\"b");
+    let verdicts = render(&[good.to_string(), bad]);
+    assert_eq!(verdicts[0], "ok");
+    assert!(
+        verdicts[1].starts_with("error: Parse error"),
+        "{}",
+        verdicts[1]
+    );
+}
