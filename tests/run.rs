@@ -1627,9 +1627,13 @@ fn redis_loses_nothing_to_power_cuts_with_appendfsync_always_and_a_tail_with_eve
     // (redis.io, "Redis persistence", and `flushAppendOnlyFile` in
     // aof.c); here, with the tests' other nodes on two cores, one cut
     // once took 1.5 s of writes.
-    for r in &everysec.restarts {
+    // The first cut may also take the fill's tail: `load` writes the
+    // 5,000 keys as fast as Redis takes them, and everysec has not
+    // fsynced them yet when the first cut comes within a second.
+    for r in &everysec.restarts[1..] {
         assert!(r.lost_unsynced < 2000, "more than 2.5 s of writes: {r:?}");
     }
+    assert!(everysec.restarts[0].lost_unsynced <= 5_000 + 2000);
 }
 
 /// A failing run on GitHub Actions: the job summary is appended to
