@@ -1666,7 +1666,10 @@ fn a_failing_run_writes_the_job_summary_annotations_and_a_pr_comment() {
         "{text}"
     );
     assert!(!text.contains("::error"), "{text}");
-    assert!(text.contains("```mermaid\nxychart-beta"), "{text}");
+    assert!(
+        text.contains("```mermaid\n") && text.contains("xychart-beta"),
+        "{text}"
+    );
     let stdout = String::from_utf8_lossy(&run.out.stdout);
     let errors: Vec<&str> = stdout
         .lines()
