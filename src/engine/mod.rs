@@ -536,18 +536,11 @@ impl<'a, N: Node> Cell<'a, N> {
             DiskFault::IoDelay(f) => disk.set_delay(f.clone()),
         }
         let fault = d.to_string();
-        self.bus.emit(
-            if matches!(
-                d,
-                DiskFault::DiskFull(Room::Lifted)
-                    | DiskFault::IoErrors(None)
-                    | DiskFault::IoDelay(None)
-            ) {
-                Event::FaultLifted { fault }
-            } else {
-                Event::FaultSet { fault }
-            },
-        );
+        self.bus.emit(if d.is_lift() {
+            Event::FaultLifted { fault }
+        } else {
+            Event::FaultSet { fault }
+        });
         Ok(format!("{d} ({} used)", crate::units::Bytes(disk.used())))
     }
 

@@ -96,6 +96,28 @@ impl DiskFault {
         }
     }
 
+    /// Whether this lifts a fault (`disk_full: false`, `io_errors: clear`,
+    /// `io_delay: clear`) rather than puts one in force.
+    pub fn is_lift(&self) -> bool {
+        matches!(
+            self,
+            DiskFault::DiskFull(Room::Lifted)
+                | DiskFault::IoErrors(None)
+                | DiskFault::IoDelay(None)
+        )
+    }
+
+    /// What lifts this fault, if it is one that lasts (a power cut is
+    /// over once done).
+    pub fn lifted(&self) -> Option<DiskFault> {
+        match self {
+            DiskFault::DiskFull(_) => Some(DiskFault::DiskFull(Room::Lifted)),
+            DiskFault::IoErrors(_) => Some(DiskFault::IoErrors(None)),
+            DiskFault::IoDelay(_) => Some(DiskFault::IoDelay(None)),
+            DiskFault::PowerCut { .. } => None,
+        }
+    }
+
     /// The phase from its bare word (`- power_cut`).
     pub fn from_word(word: &str) -> Option<Result<DiskFault, String>> {
         Some(match word {

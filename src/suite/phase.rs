@@ -318,18 +318,11 @@ impl ChaosAction {
 
     /// The fault that lifts this one after its hold, if it is held.
     pub fn lift(&self) -> Option<ChaosAction> {
-        use super::faults::Room;
-        Some(match self {
-            ChaosAction::Network(_) => ChaosAction::Network(NetworkSpec::default()),
-            ChaosAction::Disk(DiskFault::DiskFull(_)) => {
-                ChaosAction::Disk(DiskFault::DiskFull(Room::Lifted))
-            }
-            ChaosAction::Disk(DiskFault::IoErrors(_)) => {
-                ChaosAction::Disk(DiskFault::IoErrors(None))
-            }
-            ChaosAction::Disk(DiskFault::IoDelay(_)) => ChaosAction::Disk(DiskFault::IoDelay(None)),
-            _ => return None,
-        })
+        match self {
+            ChaosAction::Network(_) => Some(ChaosAction::Network(NetworkSpec::default())),
+            ChaosAction::Disk(d) => d.lifted().map(ChaosAction::Disk),
+            _ => None,
+        }
     }
 
     /// Whether it goes through soak's fault filesystem.
@@ -406,14 +399,7 @@ impl<'de> Deserialize<'de> for ChaosAction {
                         }
                     }
                 };
-                if matches!(
-                    action,
-                    ChaosAction::Disk(
-                        DiskFault::DiskFull(super::faults::Room::Lifted)
-                            | DiskFault::IoErrors(None)
-                            | DiskFault::IoDelay(None)
-                    )
-                ) {
+                if matches!(&action, ChaosAction::Disk(d) if d.is_lift()) {
                     return Err(de::Error::custom(HELD));
                 }
                 if let Some(extra) = map.next_key::<String>()? {
