@@ -1,6 +1,9 @@
 //! The cost of soak's fault filesystem when no fault is active: soak-node
 //! with its data directory on the fault filesystem against soak-node on
-//! the plain folder beneath, in the same run, with redis-benchmark: SET
+//! the plain folder beneath, in the same run, the filesystem both ways a
+//! suite gets it: every write through to soak (suites with a full disk,
+//! `limits.disk` or faults on writes) and with the kernel's writeback
+//! cache (power cuts and read faults). With redis-benchmark: SET
 //! and GET, 8 connections, pipeline 1 and 16, 100-byte values, and SET
 //! with the WAL fsynced at each write (`--sync on`). Each pair runs three
 //! times, interleaved, the median kept. Prints a markdown table for the
@@ -15,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use soak::faults::disk::Mounted;
+use soak::faults::disk::{Mounted, Writes};
 
 #[path = "need.rs"]
 mod need_tool;
@@ -105,8 +108,10 @@ fn main() {
         .map(|a| a.parse().expect("a number of requests"))
         .unwrap_or(100_000);
     let work = tempfile::tempdir().expect("a temporary folder");
-    println!("| test | pipeline | sync | direct ops/s | through the fault filesystem | ratio |");
-    println!("|---|---:|---|---:|---:|---:|");
+    println!(
+        "| test | pipeline | WAL fsynced | direct ops/s | writes through | ratio | writeback cache | ratio |"
+    );
+    println!("|---|---:|---|---:|---:|---:|---:|---:|");
     for (test, pipeline, sync) in [
         ("set", 1, false),
         ("set", 16, false),
@@ -115,38 +120,49 @@ fn main() {
         ("set", 1, true),
     ] {
         let tag = format!("{test}-{pipeline}-{sync}");
-        let plain = work.path().join(format!("plain-{tag}"));
-        let mountpoint = work.path().join(format!("faulty-{tag}"));
-        let fs = Mounted::mount(
-            &work.path().join(format!("faulty-{tag}.files")),
-            &mountpoint,
-            "bench",
-            1,
-            None,
-        )
-        .expect("mount the fault filesystem (root and /dev/fuse)");
-        let direct = start(&plain, sync);
-        let faulty = start(&mountpoint, sync);
+        let mount = |writes: Writes| {
+            let at = work.path().join(format!("{writes:?}-{tag}"));
+            let fs = Mounted::mount(
+                &work.path().join(format!("{writes:?}-{tag}.files")),
+                &at,
+                "bench",
+                1,
+                None,
+                writes,
+            )
+            .expect("mount the fault filesystem (root and /dev/fuse)");
+            (fs, at)
+        };
+        let (through_fs, through_at) = mount(Writes::Through);
+        let (cached_fs, cached_at) = mount(Writes::Cached);
+        let nodes = [
+            start(&work.path().join(format!("plain-{tag}")), sync),
+            start(&through_at, sync),
+            start(&cached_at, sync),
+        ];
         let n = if sync { requests / 10 } else { requests };
         if test == "get" {
             // Something to read: the keys redis-benchmark's GETs ask for.
-            bench(direct.1, "set", 16, n);
-            bench(faulty.1, "set", 16, n);
+            for node in &nodes {
+                bench(node.1, "set", 16, n);
+            }
         }
-        let (mut a, mut b) = (vec![], vec![]);
+        let mut ops = [vec![], vec![], vec![]];
         for _ in 0..ROUNDS {
-            a.push(bench(direct.1, test, pipeline, n));
-            b.push(bench(faulty.1, test, pipeline, n));
+            for (node, o) in nodes.iter().zip(ops.iter_mut()) {
+                o.push(bench(node.1, test, pipeline, n));
+            }
         }
-        let (a, b) = (median(a), median(b));
+        let [a, b, c] = ops.map(median);
         println!(
-            "| {} | {pipeline} | {} | {a:.0} | {b:.0} | {:.2} |",
+            "| {} | {pipeline} | {} | {a:.0} | {b:.0} | {:.2} | {c:.0} | {:.2} |",
             test.to_uppercase(),
             if sync { "on" } else { "off" },
-            b / a
+            b / a,
+            c / a
         );
-        drop(direct);
-        drop(faulty);
-        drop(fs);
+        drop(nodes);
+        drop(through_fs);
+        drop(cached_fs);
     }
 }

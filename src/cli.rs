@@ -111,6 +111,18 @@ enum ReportCommand {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Nightly runs of a suite in time order, and where each cell's
+    /// figures (peak and steady RSS, RSS growth, ops/s, p99, peak disk)
+    /// changed: a step at one run, or a creep run after run. Prints
+    /// markdown; exit 1 when a change was for the worse, 0 when none was.
+    History {
+        /// Runs' report folders, or folders that hold them (reports/SUITE).
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Also write the markdown to this file.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Compare two runs cell by cell (matched by id): throughput, latency,
     /// memory, disk, integrity, verdicts and checks. Prints markdown; exit
     /// 1 when anything got worse, 0 when nothing did.
@@ -257,6 +269,10 @@ pub fn main() -> i32 {
                 }),
             ..
         }) => compare_command(&base, &head, threshold, out.as_deref()),
+        Command::Report(ReportArgs {
+            command: Some(ReportCommand::History { dirs, out }),
+            ..
+        }) => history_command(&dirs, out.as_deref()),
         Command::Report(ReportArgs {
             command: Some(ReportCommand::Merge { dirs, out }),
             ..
@@ -479,6 +495,31 @@ fn compare_command(
         }
     }
     if cmp.regressions() > 0 {
+        exit::CHECK_FAILED
+    } else {
+        exit::PASS
+    }
+}
+
+fn history_command(dirs: &[PathBuf], out: Option<&std::path::Path>) -> i32 {
+    use crate::report::history;
+    let runs = match history::load(dirs) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::INVALID;
+        }
+    };
+    let (found, series) = history::find(&runs);
+    let md = history::markdown(&runs, &found, series);
+    print!("{md}");
+    if let Some(out) = out {
+        if let Err(e) = std::fs::write(out, &md) {
+            eprintln!("error: cannot write {}: {e}", out.display());
+            return exit::ENVIRONMENT;
+        }
+    }
+    if found.iter().any(|f| f.worse) {
         exit::CHECK_FAILED
     } else {
         exit::PASS

@@ -118,8 +118,9 @@ pub struct CellPlan {
     /// `workload.durability: unsynced-tail-allowed`.
     pub unsynced_tail_allowed: bool,
     /// Whether the data directory is soak's fault filesystem (the suite
-    /// has disk faults, or `limits.disk`).
-    pub fault_fs: bool,
+    /// has disk faults, or `limits.disk`), and whether the kernel may
+    /// cache the node's writes on their way to it.
+    pub fault_fs: Option<crate::faults::disk::Writes>,
     /// The suite's checks with the cell's expectations in place of those
     /// they name: what the cell is judged by.
     pub checks: crate::suite::Checks,
@@ -411,7 +412,7 @@ pub fn resolve(
     let warmup_s = suite
         .checks
         .memory_growth
-        .as_ref()
+        .first()
         .map(|g| g.warmup.0.as_secs_f64() * ctx.scale)
         .unwrap_or(10.0);
     Ok(CellPlan {
@@ -444,7 +445,13 @@ pub fn resolve(
             .workload
             .as_ref()
             .is_some_and(|w| w.durability == crate::suite::Durability::UnsyncedTailAllowed),
-        fault_fs: suite.uses_disk_faults(),
+        fault_fs: suite.uses_disk_faults().then(|| {
+            if suite.writes_may_be_cached() {
+                crate::faults::disk::Writes::Cached
+            } else {
+                crate::faults::disk::Writes::Through
+            }
+        }),
         disk_limit: suite.limits.disk.map(|d| d.0),
         checks: match &def.expect {
             Some(e) => suite.checks.overlaid(e),

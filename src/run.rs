@@ -524,7 +524,12 @@ async fn run_cell(
     let mut load = load_cfg.map(Engine::new);
     if let Some(l) = load.as_mut() {
         l.set_origin(origin.into_std());
-        l.log_intervals(&plan.dir.join("latency.csv"), plan.interval, origin);
+        l.log_intervals(
+            &plan.dir.join("latency.csv"),
+            plan.interval,
+            origin,
+            &plan.checks.windows(),
+        );
     }
     bus = bus.with(progress.cell(plan, load.as_ref().map(|l| l.live()), target.clone()));
     bus.emit(Event::Cell {
@@ -543,7 +548,7 @@ async fn run_cell(
     // With disk faults, the data directory is soak's fault filesystem;
     // the files live in a folder beside it, which telemetry reads.
     let disk = match (plan.fault_fs, &plan.container) {
-        (true, None) => Some(Arc::new(mount_fault_fs(plan)?)),
+        (Some(writes), None) => Some(Arc::new(mount_fault_fs(plan, writes)?)),
         _ => None,
     };
     let mut target = target;
@@ -621,6 +626,7 @@ async fn run_cell(
         disk_faults,
         error_replies: load.as_ref().map(|l| l.error_replies()).unwrap_or_default(),
         load: load.as_ref().map(|l| l.stats()),
+        windows: load.as_ref().map(|l| l.windows()).unwrap_or_default(),
         samples,
         scrapes,
         cgroup,
@@ -633,6 +639,8 @@ async fn run_cell(
 /// What the cell measured besides its records.
 struct CellMeasures {
     load: Option<LoadStats>,
+    /// The load of each window the windowed checks judge.
+    windows: Vec<crate::model::WindowLoad>,
     samples: Vec<Sample>,
     scrapes: Option<ScrapeStats>,
     cgroup: Option<CgroupSummary>,
@@ -645,7 +653,10 @@ struct CellMeasures {
 
 /// The fault filesystem over the cell's data directory; the files live in
 /// `data.files` beside it while it is mounted.
-fn mount_fault_fs(plan: &CellPlan) -> Result<crate::faults::disk::Mounted, RunError> {
+fn mount_fault_fs(
+    plan: &CellPlan,
+    writes: crate::faults::disk::Writes,
+) -> Result<crate::faults::disk::Mounted, RunError> {
     let backing = crate::faults::disk::backing_of(&plan.data_dir);
     crate::faults::disk::Mounted::mount(
         &backing,
@@ -653,6 +664,7 @@ fn mount_fault_fs(plan: &CellPlan) -> Result<crate::faults::disk::Mounted, RunEr
         &crate::lock::run_id(),
         plan.seed,
         plan.disk_limit,
+        writes,
     )
     .map_err(|e| {
         RunError::Environment(format!(
@@ -753,7 +765,7 @@ fn expectation(expect: &crate::suite::Checks, results: &[CheckResult]) -> Expect
         .filter(|r| {
             names
                 .iter()
-                .any(|n| r.name == *n || r.name.starts_with(&format!("{n} (")))
+                .any(|n| r.name == *n || r.name.starts_with(&format!("{n} ")))
         })
         .collect();
     Expectation {
@@ -821,6 +833,9 @@ fn assemble(
             latency_us: m.load.as_ref().map(|l| &l.latency_us),
             execs: &rec.execs,
             phases: &rec.phases,
+            windows: &m.windows,
+            samples: &m.samples,
+            warmup_s: plan.warmup_s,
             memory_limit: plan.limits.memory,
             unsynced_tail_allowed: plan.unsynced_tail_allowed,
         },
@@ -873,8 +888,23 @@ fn assemble(
             .map(|(at_s, reply)| crate::model::ErrorReply { at_s, reply })
             .collect(),
         log_errors: crate::analysis::log::error_lines(&plan.dir.join("node.log"), 8),
+        harness: harness_cost(&m.samples, plan.interval),
     };
     result
+}
+
+/// soak's own cost over the cell, from the first to the last sample.
+fn harness_cost(samples: &[Sample], interval: Duration) -> Option<crate::model::HarnessCost> {
+    let (first, last) = (samples.first()?, samples.last()?);
+    let span = last.t - first.t;
+    (span > 0.0).then(|| crate::model::HarnessCost {
+        rss_first_bytes: first.soak_rss,
+        rss_last_bytes: last.soak_rss,
+        rss_peak_bytes: samples.iter().map(|s| s.soak_rss).max().unwrap_or(0),
+        cpu_share: (last.soak_cpu_s - first.soak_cpu_s) / span,
+        sampler_cpu_share: (last.sampler_cpu_s - first.sampler_cpu_s) / span,
+        interval_s: interval.as_secs_f64(),
+    })
 }
 
 /// How soon after each lift the node served writes again: the end of the

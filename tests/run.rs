@@ -381,6 +381,69 @@ fn redis_with_an_fsynced_aof_loses_nothing_and_with_snapshots_only_loses_writes(
     assert!(snap.integrity.lost > 1000, "{:?}", snap.integrity);
 }
 
+/// A stall of 400 ms in 6 s of load: the whole run's p90 passes, the p99
+/// of the one-second window the stall fell in fails and is named, and the
+/// checks of phase 1 read phase 1 only; the report charts the load.
+#[test]
+fn a_windowed_check_fails_on_the_window_of_a_stall_that_the_whole_run_hides() {
+    let run = soak_run("tests/suites/windows.yaml", &[]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let cell = run.cell();
+    let check = |name: &str| {
+        cell.checks
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no check {name}: {:?}", cell.checks))
+    };
+    assert_eq!(check("latency (p90)").verdict, Verdict::Pass);
+    let w = check("latency (p99) in every 1s window");
+    assert_eq!(w.verdict, Verdict::Fail, "{w:?}");
+    assert!(w.value.as_f64().unwrap() >= 200.0, "{w:?}");
+    // The window named is the one the stall's replies came in: right
+    // after it (the load's intervals end on their own ticks).
+    let pause = cell
+        .phases
+        .iter()
+        .find(|p| p.phase.starts_with("pause"))
+        .unwrap();
+    assert_eq!(pause.place, Some(2));
+    let detail = w.detail.as_deref().unwrap();
+    let start: f64 = detail
+        .split(" in ")
+        .nth(1)
+        .and_then(|t| t.split('-').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no window in {detail:?}"));
+    assert!(
+        (pause.start_s - 1.5..=pause.end_s + 1.0).contains(&start),
+        "{detail} (the pause: {:.2}-{:.2} s)",
+        pause.start_s,
+        pause.end_s
+    );
+    assert!(
+        detail.ends_with("; 1 over the limit") || detail.ends_with("; 2 over the limit"),
+        "{detail}"
+    );
+    let p1 = check("latency (p99) in phase 1");
+    assert_eq!(p1.verdict, Verdict::Pass, "{p1:?}");
+    let t1 = check("throughput in phase 1");
+    assert_eq!(t1.verdict, Verdict::Pass, "{t1:?}");
+    assert!(
+        t1.detail.as_deref().unwrap().contains("phase 1 (`run 3s`)"),
+        "{t1:?}"
+    );
+    // The report charts the load and its p99 beside memory.
+    let report =
+        std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+    for title in ["Operations per second of", "p99 latency of", "Memory of"] {
+        assert!(report.contains(title), "no chart {title:?} in the report");
+    }
+    assert!(
+        report.contains("latency (p99) in every 1s window"),
+        "{report}"
+    );
+}
+
 #[test]
 fn a_stalled_node_shows_as_latency_not_as_a_lower_rate() {
     // SIGSTOP for 1 s in 5 s of a 500/s load.
@@ -1141,6 +1204,91 @@ fn a_database_written_by_rocksdb_7_8_is_upgraded_compacted_and_refused_by_7_8_af
     assert!(!last.compression.contains_key("Snappy"), "{last:?}");
     assert!(last.compression["LZ4"].entries >= 3000, "{last:?}");
     assert_eq!(last.integrity.unwrap().lost, 0, "{last:?}");
+}
+
+/// Twenty nightlies made from one real run's summary: peak RSS steps up
+/// 5% at run 11, p99 creeps 2% a run from run 11, the rest stays. `soak
+/// report history` names both at their run, as worse, and exits 1; a
+/// history of noise alone (3%, one outlier night) is quiet and exits 0.
+#[test]
+fn report_history_finds_a_step_and_a_creep_at_their_run_and_stays_quiet_on_noise() {
+    use soak::analysis::changes::synthetic::{history, Kind};
+    let base = soak_run("tests/suites/compare.yaml", &[]);
+    assert_eq!(base.code(), 0, "{}", base.stderr());
+    let real = base.summary().clone();
+    let nights = tempfile::tempdir().unwrap();
+    let write = |folder: &str, peak: &[f64], p99: &[f64]| {
+        for i in 0..20 {
+            let mut s = real.clone();
+            s.run_id = format!("night{i:02}");
+            s.started_at = format!("2026-11-{:02}T02:00:00+00:00", i + 1);
+            let c = &mut s.cells[0];
+            c.memory.peak_rss_bytes = (200.0 * 1048576.0 * peak[i] / 100.0) as u64;
+            let lat = c.load.as_mut().unwrap().latency_us.as_mut().unwrap();
+            lat.p99 = (2000.0 * p99[i] / 100.0) as u64;
+            // Folders in another order than time: history sorts by start.
+            let dir = nights.path().join(folder).join(format!("run-{}", 19 - i));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("summary.json"), serde_json::to_string(&s).unwrap()).unwrap();
+        }
+    };
+    let (step, _) = history(Kind::Step, 20, 10, 3);
+    let (creep, _) = history(Kind::Creep, 20, 10, 4);
+    let (noise, _) = history(Kind::Noise, 20, 10, 5);
+    let (steady, _) = history(Kind::Steady, 20, 10, 6);
+    write("changed", &step, &creep);
+    write("noisy", &noise, &steady);
+    let history = |dir: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_soak"))
+            .args(["report", "history"])
+            .arg(dir)
+            .output()
+            .unwrap()
+    };
+    let out = history(&nights.path().join("changed"));
+    let md = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{md}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(md.contains("# History of compare: 20 runs"), "{md}");
+    let row = |figure: &str| {
+        md.lines()
+            .find(|l| l.starts_with(&format!("| ` default ` | {figure} |")))
+            .unwrap_or_else(|| panic!("no change of {figure}:\n{md}"))
+            .to_string()
+    };
+    let peak = row("peak RSS");
+    assert!(
+        peak.contains("| step +") && peak.contains("(worse) | 11 (`night10`"),
+        "{peak}"
+    );
+    let p99 = row("p99");
+    assert!(
+        p99.contains("| creep +") && p99.contains("(worse)"),
+        "{p99}"
+    );
+    let from: usize = p99
+        .split(" | ")
+        .nth(3)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((10..=12).contains(&from), "{p99}");
+    assert_eq!(md.matches("| ` default ` |").count(), 2, "{md}");
+    let out = history(&nights.path().join("noisy"));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{md}");
+    assert!(md.contains("**No change**"), "{md}");
+    // Not a history: exit 2, and what to give.
+    let out = history(&nights.path().join("nothing"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reports/SUITE"));
 }
 
 #[test]

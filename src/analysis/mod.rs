@@ -1,6 +1,7 @@
 //! Analysis of the sampled series: robust trend per segment between
 //! restarts, peaks, steady states, time to the limit.
 
+pub mod changes;
 pub mod log;
 pub mod trend;
 

@@ -7,14 +7,16 @@ use serde_json::Value;
 
 use crate::analysis::GROWTH_ALPHA;
 use crate::model::{
-    CheckResult, ExecResult, Integrity, MemorySummary, PhaseRecord, Restart, SeriesAnalysis,
-    Verdict,
+    CheckResult, ExecResult, Integrity, LoadSummary, MemorySummary, PhaseRecord, Restart,
+    SeriesAnalysis, Verdict, WindowLoad,
 };
+use crate::suite::checks::scope_text;
 use crate::suite::checks::{
     DiskCheck, GrowthCheck, GrowthFrom, LatencyCheck, PeakCheck, RestartTimeCheck, Series,
     ThroughputCheck,
 };
 use crate::suite::{Checks, CountCheck, Severity};
+use crate::telemetry::Sample;
 
 /// What a cell measured, as the checks read it.
 pub struct Measured<'a> {
@@ -27,6 +29,12 @@ pub struct Measured<'a> {
     pub latency_us: Option<&'a Histogram<u64>>,
     pub execs: &'a [ExecResult],
     pub phases: &'a [PhaseRecord],
+    /// The load of every window the windowed checks asked for.
+    pub windows: &'a [WindowLoad],
+    /// The memory samples, and the warm-up after each start that growth
+    /// leaves out, for the checks of a phase or a window.
+    pub samples: &'a [Sample],
+    pub warmup_s: f64,
     /// The cell's memory limit, which a share (`85%`) is of.
     pub memory_limit: Option<u64>,
     /// `durability: unsynced-tail-allowed`: writes a power cut took from
@@ -65,29 +73,308 @@ pub fn evaluate(c: &Checks, m: &Measured) -> Vec<CheckResult> {
         ),
         count("oom_kills", c.oom_kills, m.memory.oom_kills),
         count("crashes", c.crashes, crashes as u64),
-        c.memory_growth.as_ref().map(|g| growth(g, m.memory)),
-        c.peak_memory
-            .as_ref()
-            .and_then(|p| peak(p, m.memory, m.memory_limit)),
-        c.disk
-            .as_ref()
-            .and_then(|d| disk(d, m.memory.peak_disk_bytes)),
-        c.disk.as_ref().and_then(|d| disk_growth(d, m.phases)),
-        c.throughput
-            .as_ref()
-            .and_then(|t| Some(throughput(t, m.ops_per_s?))),
-        c.latency
-            .as_ref()
-            .and_then(|t| Some(latency(t, m.latency_us?))),
-        c.restart_time.as_ref().map(|r| restart_time(r, m.restarts)),
     ]
     .into_iter()
     .flatten()
     .collect();
+    for g in &c.memory_growth {
+        out.push(match spans(g.phase, g.window, m) {
+            None => growth(g, m.memory),
+            Some(spans) => scoped_growth(g, &spans, m),
+        });
+    }
+    for p in &c.peak_memory {
+        out.extend(match spans(p.phase, p.window, m) {
+            None => peak(p, m.memory, m.memory_limit),
+            Some(spans) => scoped_peak(p, &spans, m),
+        });
+    }
+    out.extend(
+        c.disk
+            .as_ref()
+            .and_then(|d| disk(d, m.memory.peak_disk_bytes)),
+    );
+    out.extend(c.disk.as_ref().and_then(|d| disk_growth(d, m.phases)));
+    for t in &c.throughput {
+        out.extend(match load_spans(t.phase, t.window, m) {
+            None => m.ops_per_s.map(|r| throughput(t, r)),
+            Some(spans) => Some(scoped_throughput(t, &spans)),
+        });
+    }
+    for l in &c.latency {
+        out.extend(match load_spans(l.phase, l.window, m) {
+            None => m.latency_us.map(|h| latency(l, h)),
+            Some(spans) => Some(scoped_latency(l, &spans)),
+        });
+    }
+    out.extend(c.restart_time.as_ref().map(|r| restart_time(r, m.restarts)));
     for (i, e) in m.execs.iter().enumerate() {
         out.extend(exec(i + 1, e));
     }
     out
+}
+
+/// A part of the run a scoped check judges: a phase, or a window.
+struct Span<'a> {
+    start_s: f64,
+    end_s: f64,
+    /// The load in it, where the records have it.
+    load: Option<&'a LoadSummary>,
+    /// `phase 3 (run 10m)`, `300-360 s`.
+    text: String,
+}
+
+/// The spans a check with `phase:` or `window:` judges (`None`: the whole
+/// run), from the phases and samples. A window here is cut from the
+/// cell's start to its last sample.
+fn spans<'a>(
+    phase: Option<u32>,
+    window: Option<crate::suite::values::Dur>,
+    m: &'a Measured,
+) -> Option<Vec<Span<'a>>> {
+    if let Some(p) = phase {
+        return Some(
+            m.phases
+                .iter()
+                .filter(|r| r.place == Some(p))
+                .map(|r| Span {
+                    start_s: r.start_s,
+                    end_s: r.end_s,
+                    load: r.load.as_ref(),
+                    text: format!("phase {p} (`{}`)", r.phase),
+                })
+                .collect(),
+        );
+    }
+    let w = window?.0.as_secs_f64();
+    let end = m.samples.last().map_or(0.0, |s| s.t);
+    let mut out = vec![];
+    let mut start = 0.0;
+    while start < end {
+        // A last window shorter than half the length is left out.
+        if end - start >= w / 2.0 {
+            out.push(Span {
+                start_s: start,
+                end_s: start + w,
+                load: None,
+                text: window_text(start, start + w),
+            });
+        }
+        start += w;
+    }
+    Some(out)
+}
+
+/// The spans of a load check: a phase's load, or the load's own windows
+/// (kept by the load as it ran, with exact percentiles).
+fn load_spans<'a>(
+    phase: Option<u32>,
+    window: Option<crate::suite::values::Dur>,
+    m: &'a Measured,
+) -> Option<Vec<Span<'a>>> {
+    if phase.is_some() {
+        return spans(phase, None, m);
+    }
+    let w = window?.0.as_secs_f64();
+    Some(
+        m.windows
+            .iter()
+            .filter(|x| (x.length_s - w).abs() < 1e-9)
+            .map(|x| Span {
+                start_s: x.start_s,
+                end_s: x.end_s,
+                load: Some(&x.load),
+                text: window_text(x.start_s, x.end_s),
+            })
+            .collect(),
+    )
+}
+
+fn window_text(a: f64, b: f64) -> String {
+    format!("{a:.0}-{b:.0} s")
+}
+
+/// How a scoped check judges a span's value.
+struct Judge<'a> {
+    ok: &'a dyn Fn(f64) -> bool,
+    higher_is_worse: bool,
+    severity: Severity,
+    limit: Value,
+    unit: &'static str,
+}
+
+/// The worst of a scoped check's spans: the result names it and counts
+/// the spans over the limit. No span at all fails: nothing was judged.
+fn worst_of(name: String, spans: &[Span], values: &[Option<f64>], j: Judge) -> CheckResult {
+    let Judge {
+        ok,
+        higher_is_worse,
+        severity,
+        limit,
+        unit,
+    } = j;
+    let worse = |a: f64, b: f64| if higher_is_worse { a > b } else { a < b };
+    let judged: Vec<(usize, f64)> = values
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| Some((i, (*v)?)))
+        .collect();
+    let worst = judged
+        .iter()
+        .copied()
+        .reduce(|a, b| if worse(b.1, a.1) { b } else { a });
+    let over = judged.iter().filter(|(_, v)| !ok(*v)).count();
+    CheckResult {
+        name,
+        verdict: verdict_of(worst.is_some() && over == 0, severity),
+        value: opt(worst.map(|(_, v)| (v * 1000.0).round() / 1000.0)),
+        limit,
+        detail: Some(match worst {
+            Some((i, _)) if judged.len() > 1 => format!(
+                "the worst of {} in {}; {over} over the limit",
+                judged.len(),
+                spans[i].text
+            ),
+            Some((i, _)) => spans[i].text.clone(),
+            None => "nothing to judge: no load or samples there".into(),
+        }),
+        unit: unit.into(),
+    }
+}
+
+fn scoped_latency(t: &LatencyCheck, spans: &[Span]) -> CheckResult {
+    let values: Vec<Option<f64>> = spans
+        .iter()
+        .map(|s| {
+            let l = s.load?.latency_us.as_ref()?;
+            let us = match t.percentile {
+                50.0 => l.p50,
+                90.0 => l.p90,
+                99.0 => l.p99,
+                _ => l.p999,
+            };
+            Some(us as f64 / 1000.0)
+        })
+        .collect();
+    let limit = t.max.0.as_secs_f64() * 1000.0;
+    worst_of(
+        format!(
+            "latency (p{}){}",
+            t.percentile,
+            scope_text(t.phase, t.window)
+        ),
+        spans,
+        &values,
+        Judge {
+            ok: &|v| v <= limit,
+            higher_is_worse: true,
+            severity: t.severity,
+            limit: limit.into(),
+            unit: "ms",
+        },
+    )
+}
+
+fn scoped_throughput(t: &ThroughputCheck, spans: &[Span]) -> CheckResult {
+    let values: Vec<Option<f64>> = spans.iter().map(|s| s.load.map(|l| l.ops_per_s)).collect();
+    worst_of(
+        format!("throughput{}", scope_text(t.phase, t.window)),
+        spans,
+        &values,
+        Judge {
+            ok: &|v| v >= t.min.0,
+            higher_is_worse: false,
+            severity: t.severity,
+            limit: t.min.0.into(),
+            unit: "ops/s",
+        },
+    )
+}
+
+fn series_value(s: Series) -> fn(&Sample) -> u64 {
+    match s {
+        Series::Rss => |x| x.rss,
+        Series::Pss => |x| x.pss,
+        Series::Anon => |x| x.anon,
+        Series::Cgroup => |x| x.cgroup,
+    }
+}
+
+/// Growth in each span: the same test as the whole run's (a slope above
+/// the limit that is also significant), on the samples after warm-up that
+/// fall in it.
+fn scoped_growth(g: &GrowthCheck, spans: &[Span], m: &Measured) -> CheckResult {
+    let segs = crate::analysis::segments(m.samples, series_value(g.series), m.warmup_s);
+    let values: Vec<Option<f64>> = spans
+        .iter()
+        .map(|s| {
+            let cut: Vec<Vec<(f64, f64)>> = segs
+                .iter()
+                .map(|seg| {
+                    seg.iter()
+                        .copied()
+                        .filter(|p| p.0 >= s.start_s && p.0 < s.end_s)
+                        .collect::<Vec<_>>()
+                })
+                .filter(|seg| !seg.is_empty())
+                .collect();
+            let t = crate::analysis::trend::growth_trend(&cut)?;
+            // Not significant: no growth to speak of.
+            Some(if t.p_up < GROWTH_ALPHA {
+                t.slope * 3600.0
+            } else {
+                0.0
+            })
+        })
+        .collect();
+    worst_of(
+        format!(
+            "memory_growth ({}){}",
+            series_name(g.series),
+            scope_text(g.phase, g.window)
+        ),
+        spans,
+        &values,
+        Judge {
+            ok: &|v| v <= g.max.0,
+            higher_is_worse: true,
+            severity: g.severity,
+            limit: g.max.0.into(),
+            unit: "bytes/h",
+        },
+    )
+}
+
+fn scoped_peak(p: &PeakCheck, spans: &[Span], m: &Measured) -> Option<CheckResult> {
+    let max = p.max.bytes(m.memory_limit)?;
+    let value = series_value(p.series);
+    let values: Vec<Option<f64>> = spans
+        .iter()
+        .map(|s| {
+            m.samples
+                .iter()
+                .filter(|x| x.t >= s.start_s && x.t < s.end_s)
+                .map(value)
+                .max()
+                .map(|v| v as f64)
+        })
+        .collect();
+    Some(worst_of(
+        format!(
+            "peak_memory ({}){}",
+            series_name(p.series),
+            scope_text(p.phase, p.window)
+        ),
+        spans,
+        &values,
+        Judge {
+            ok: &|v| v <= max as f64,
+            higher_is_worse: true,
+            severity: p.severity,
+            limit: max.into(),
+            unit: "bytes",
+        },
+    ))
 }
 
 /// A cell's verdict: an error, else the worst of its checks.
@@ -353,9 +640,142 @@ mod tests {
             latency_us: None,
             execs: &[],
             phases: &[],
+            windows: &[],
+            samples: &[],
+            warmup_s: 0.0,
             memory_limit: None,
             unsynced_tail_allowed: false,
         }
+    }
+
+    fn window(start: f64, p99_ms: u64, ops_per_s: f64) -> WindowLoad {
+        WindowLoad {
+            length_s: 60.0,
+            start_s: start,
+            end_s: start + 60.0,
+            load: LoadSummary {
+                ops_per_s,
+                latency_us: Some(crate::model::Latency {
+                    p99: p99_ms * 1000,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// A node slow for one minute of ten: the windowed p99 fails on that
+    /// minute and names it; the whole run's p99 (most requests fast) passes.
+    #[test]
+    fn a_windowed_latency_check_fails_on_the_one_bad_window() {
+        let c = checks(
+            "latency: [{ max: 50ms }, { max: 50ms, window: 1m }, { max: 50ms, window: 5m }]",
+        );
+        let (i, m) = (Integrity::default(), MemorySummary::default());
+        let windows: Vec<WindowLoad> = (0..10)
+            .map(|k| window(k as f64 * 60.0, if k == 6 { 400 } else { 5 }, 1000.0))
+            .collect();
+        let mut h = Histogram::<u64>::new(3).unwrap();
+        h.record_n(5_000, 9 * 60_000).unwrap();
+        h.record_n(400_000, 3_000).unwrap();
+        let r = evaluate(
+            &c,
+            &Measured {
+                latency_us: Some(&h),
+                windows: &windows,
+                ..nothing(&i, &m)
+            },
+        );
+        assert_eq!(r[0].name, "latency (p99)");
+        assert_eq!(r[0].verdict, Verdict::Pass);
+        assert_eq!(r[1].name, "latency (p99) in every 1m window");
+        assert_eq!(
+            (r[1].verdict, r[1].value.clone()),
+            (Verdict::Fail, 400.0.into())
+        );
+        assert_eq!(
+            r[1].detail.as_deref(),
+            Some("the worst of 10 in 360-420 s; 1 over the limit")
+        );
+        // No window of 5m was kept: nothing judged is no pass.
+        assert_eq!(r[2].verdict, Verdict::Fail);
+    }
+
+    #[test]
+    fn a_check_of_one_phase_reads_that_phase_only() {
+        let c = checks("throughput: [{ min: 900/s, phase: 2 }, { min: 900/s, phase: 3 }]");
+        let (i, m) = (Integrity::default(), MemorySummary::default());
+        let phase = |place, ops_per_s| PhaseRecord {
+            phase: "run 1m".into(),
+            place: Some(place),
+            start_s: 0.0,
+            end_s: 1.0,
+            outcome: String::new(),
+            load: Some(LoadSummary {
+                ops_per_s,
+                ..Default::default()
+            }),
+            disk_bytes: None,
+        };
+        let phases = [phase(1, 100.0), phase(2, 1000.0), phase(3, 500.0)];
+        let got = judge(
+            &c,
+            Measured {
+                phases: &phases,
+                ops_per_s: Some(700.0),
+                ..nothing(&i, &m)
+            },
+        );
+        assert_eq!(
+            got,
+            [
+                ("throughput in phase 2".into(), Verdict::Pass, 1000.0.into()),
+                ("throughput in phase 3".into(), Verdict::Fail, 500.0.into())
+            ]
+        );
+    }
+
+    /// A leak in the second hour only: the whole run's slope is diluted,
+    /// the hour's is not.
+    #[test]
+    fn a_windowed_growth_check_finds_the_hour_that_grew() {
+        let mib = 1048576.0;
+        let samples: Vec<Sample> = (0..7200)
+            .map(|t| {
+                let t = t as f64;
+                let grown = if t < 3600.0 {
+                    0.0
+                } else {
+                    (t - 3600.0) / 3600.0 * 40.0 * mib
+                };
+                // A little noise, so that the trend test has something to do.
+                let noise = (t * 7.0).sin() * 0.5 * mib;
+                Sample {
+                    t,
+                    up: true,
+                    rss: (200.0 * mib + grown + noise) as u64,
+                    ..Sample::default()
+                }
+            })
+            .collect();
+        let c = checks("memory_growth: { max: 30MiB/h, window: 1h }");
+        let (i, m) = (Integrity::default(), MemorySummary::default());
+        let r = evaluate(
+            &c,
+            &Measured {
+                samples: &samples,
+                ..nothing(&i, &m)
+            },
+        );
+        assert_eq!(r[0].name, "memory_growth (rss) in every 1h window");
+        assert_eq!(r[0].verdict, Verdict::Fail, "{:?}", r[0]);
+        assert!(
+            r[0].detail.as_deref().unwrap().contains("3600-7200 s"),
+            "{:?}",
+            r[0]
+        );
+        let slope = r[0].value.as_f64().unwrap() / mib;
+        assert!((35.0..45.0).contains(&slope), "{slope}");
     }
 
     #[test]
@@ -406,6 +826,7 @@ mod tests {
         );
         let phase = |b| PhaseRecord {
             phase: "run".into(),
+            place: None,
             start_s: 0.0,
             end_s: 1.0,
             outcome: String::new(),
@@ -436,6 +857,7 @@ mod tests {
         let (i, m) = (Integrity::default(), MemorySummary::default());
         let phase = |name: &str, b| PhaseRecord {
             phase: name.into(),
+            place: None,
             start_s: 0.0,
             end_s: 1.0,
             outcome: String::new(),

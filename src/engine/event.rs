@@ -85,6 +85,10 @@ pub enum Event {
     },
     PhaseFinished {
         phase: String,
+        /// Its place in the suite's `phases` list, from 1 (none inside a
+        /// `repeat`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        place: Option<u32>,
         start_s: f64,
         outcome: String,
         ok: bool,

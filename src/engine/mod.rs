@@ -117,6 +117,8 @@ pub struct Cell<'a, N: Node> {
     /// What reads during the load had found when the last restart began.
     reads_mark: Integrity,
     phase_counter: u64,
+    /// How deep in `repeat`s the phase running is (0: the suite's own).
+    nesting: u32,
     /// When the ledger was last saved, and how often to save it.
     saved_at: Instant,
     save_every: Duration,
@@ -144,6 +146,7 @@ impl<'a, N: Node> Cell<'a, N> {
             down: None,
             reads_mark: Integrity::default(),
             phase_counter: 0,
+            nesting: 0,
             saved_at: Instant::now(),
             save_every: Duration::from_secs(2),
         }
@@ -992,7 +995,10 @@ impl<'a, N: Node> Cell<'a, N> {
                         round: i + 1,
                         times: *times,
                     });
-                    Box::pin(self.run_phases(phases)).await?;
+                    self.nesting += 1;
+                    let r = Box::pin(self.run_phases(phases)).await;
+                    self.nesting -= 1;
+                    r?;
                 }
                 Ok(format!("{times} times"))
             }
@@ -1007,7 +1013,7 @@ impl<'a, N: Node> Cell<'a, N> {
         // Each phase's load is what the totals grew by from the end of the
         // phase before: nothing counted between two phases goes missing.
         let mut before = self.load.as_deref().map(|l| l.stats());
-        for p in phases {
+        for (i, p) in phases.iter().enumerate() {
             let start_s = self.bus.t();
             self.bus.emit(Event::PhaseStarted {
                 phase: p.to_string(),
@@ -1024,6 +1030,7 @@ impl<'a, N: Node> Cell<'a, N> {
             before = after;
             self.bus.emit(Event::PhaseFinished {
                 phase: p.to_string(),
+                place: (self.nesting == 0).then_some(i as u32 + 1),
                 start_s,
                 outcome: match &outcome {
                     Ok(t) => t.clone(),

@@ -41,6 +41,7 @@ impl Recorder {
                 .push(Restart::new(*cause, *down_at_s, *after_ms, exit.clone())),
             Event::PhaseFinished {
                 phase,
+                place,
                 start_s,
                 outcome,
                 load,
@@ -48,6 +49,7 @@ impl Recorder {
                 ..
             } => self.phases.push(PhaseRecord {
                 phase: phase.clone(),
+                place: *place,
                 start_s: *start_s,
                 end_s: t,
                 outcome: outcome.clone(),

@@ -23,12 +23,12 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
     ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
     TimeOrNow, WriteFlags,
@@ -43,6 +43,22 @@ use crate::suite::faults::{IoFault, IoOp};
 /// power cut changes files behind its back (their inodes are invalidated
 /// then too).
 const TTL: Duration = Duration::from_secs(1);
+
+/// How the node's writes reach soak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writes {
+    /// Each `write()` is a request to soak, so that ENOSPC and EIO reach
+    /// the write that caused them, as ext4 refuses a write it has no room
+    /// for. `disk_full`, `limits.disk` and faults on writes need it; it
+    /// costs a round trip per write.
+    Through,
+    /// The kernel's writeback cache gathers writes in its pages and sends
+    /// them in batches (at fsync, close, or when it writes back), which is
+    /// what makes unsynced appends cheap. A power cut first has the kernel
+    /// send what it holds, then drops it with the rest of the unsynced
+    /// bytes: what a power cut loses is the same.
+    Cached,
+}
 
 /// What a file held at its last fsync, where writes since changed it.
 #[derive(Debug, Default)]
@@ -96,6 +112,24 @@ impl Inodes {
         }
     }
 
+    /// Gives the files of `inos` new numbers; returns the parent's number
+    /// and name of each, for the kernel to forget.
+    fn renumber(&mut self, inos: &[u64]) -> Vec<(u64, std::ffi::OsString)> {
+        let mut names = vec![];
+        for ino in inos {
+            let Some(rel) = self.paths.remove(ino) else {
+                continue;
+            };
+            self.inos.remove(&rel);
+            let parent = rel.parent().map(|p| self.ino_of(p)).unwrap_or(1);
+            if let Some(name) = rel.file_name() {
+                names.push((parent, name.to_os_string()));
+            }
+            self.ino_of(&rel);
+        }
+        names
+    }
+
     /// A rename: `from` and everything under it move to `to`.
     fn rename(&mut self, from: &Path, to: &Path) {
         self.forget_path(to);
@@ -137,6 +171,9 @@ pub struct Shared {
     /// write of the killed node still on its way finishes before the cut,
     /// not after it.
     gate: RwLock<()>,
+    /// Whether the kernel granted the writeback cache asked for.
+    cached: AtomicBool,
+    wants: Writes,
 }
 
 impl Shared {
@@ -475,7 +512,15 @@ impl FaultFs {
 }
 
 impl Filesystem for FaultFs {
-    fn init(&mut self, _req: &Request, _config: &mut KernelConfig) -> io::Result<()> {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        // A kernel without it gets every write through (slower, the same).
+        if self.0.wants == Writes::Cached
+            && config
+                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
+                .is_ok()
+        {
+            self.0.cached.store(true, Relaxed);
+        }
         Ok(())
     }
 
@@ -993,13 +1038,15 @@ pub const SOURCE_PREFIX: &str = "soakfs-";
 impl Mounted {
     /// Mounts the files of `backing` at `mountpoint` (both folders, made if
     /// missing), with the cell's `seed` for the faults' choices and a byte
-    /// `limit` for the whole cell (`limits.disk`).
+    /// `limit` for the whole cell (`limits.disk`). `limit` needs
+    /// [`Writes::Through`].
     pub fn mount(
         backing: &Path,
         mountpoint: &Path,
         run_id: &str,
         seed: u64,
         limit: Option<u64>,
+        writes: Writes,
     ) -> io::Result<Mounted> {
         std::fs::create_dir_all(backing)?;
         std::fs::create_dir_all(mountpoint)?;
@@ -1025,6 +1072,8 @@ impl Mounted {
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
             stats: Mutex::new(DiskStats::default()),
             gate: RwLock::new(()),
+            cached: AtomicBool::new(false),
+            wants: writes,
         });
         let mut config = fuser::Config::default();
         config.mount_options = vec![
@@ -1057,11 +1106,51 @@ impl Mounted {
     /// Puts a power cut's loss on every file (see [`Shared::power_cut`]);
     /// the node must be dead. Returns the bytes dropped.
     pub fn power_cut(&self, torn: bool) -> u64 {
+        let cached = self.shared.cached.load(Relaxed);
+        if cached {
+            self.write_back();
+        }
         let (changed, dropped) = self.shared.power_cut(torn);
-        for ino in changed {
-            let _ = self.notifier.inval_inode(INodeNo(ino), 0, 0);
+        for ino in &changed {
+            let _ = self.notifier.inval_inode(INodeNo(*ino), 0, 0);
+        }
+        if cached {
+            // With the writeback cache the kernel keeps its own idea of a
+            // cached file's size and never takes soak's: the files cut
+            // shorter get new inode numbers, so that the next lookup
+            // starts from what is on disk.
+            for (parent, name) in self
+                .shared
+                .inodes
+                .lock()
+                .expect("inodes")
+                .renumber(&changed)
+            {
+                let _ = self.notifier.inval_entry(INodeNo(parent), &name);
+            }
         }
         dropped
+    }
+
+    /// Has the kernel send every page of the node's writes it still holds
+    /// (they then count as unsynced writes, as they are): closing a file
+    /// writes its dirty pages back and waits for them.
+    fn write_back(&self) {
+        let files: Vec<PathBuf> = self
+            .shared
+            .inodes
+            .lock()
+            .expect("inodes")
+            .inos
+            .keys()
+            .cloned()
+            .collect();
+        for rel in files {
+            let backing = self.shared.full(&rel);
+            if std::fs::symlink_metadata(&backing).is_ok_and(|m| m.is_file()) {
+                drop(File::open(self.mountpoint.join(&rel)));
+            }
+        }
     }
 
     /// `disk_full`: the budget becomes what is used now plus `room`
@@ -1208,6 +1297,10 @@ mod tests {
     use std::io::{Read, Write};
 
     fn mounted(seed: u64, limit: Option<u64>) -> (tempfile::TempDir, Mounted) {
+        mounted_with(seed, limit, Writes::Through)
+    }
+
+    fn mounted_with(seed: u64, limit: Option<u64>, writes: Writes) -> (tempfile::TempDir, Mounted) {
         let dir = tempfile::tempdir().unwrap();
         let m = Mounted::mount(
             &dir.path().join("backing"),
@@ -1215,6 +1308,7 @@ mod tests {
             "test",
             seed,
             limit,
+            writes,
         )
         .expect("mount the fault filesystem (needs root and /dev/fuse)");
         (dir, m)
@@ -1228,27 +1322,39 @@ mod tests {
 
     #[test]
     fn a_power_cut_drops_what_was_written_after_the_last_fsync() {
-        let (_dir, m) = mounted(1, None);
-        let p = m.mountpoint().join("wal.log");
-        let mut f = File::create(&p).unwrap();
-        f.write_all(b"synced-").unwrap();
-        f.sync_data().unwrap();
-        f.write_all(b"lost").unwrap();
-        // An overwrite of synced bytes is put back too.
-        f.write_all_at(b"SYN", 0).unwrap();
-        drop(f);
-        let other = m.mountpoint().join("never-synced");
-        std::fs::write(&other, b"gone").unwrap();
-        assert_eq!(read(&p), b"SYNced-lost");
-        assert_eq!(m.unsynced_bytes(), 4 + 3 + 4);
-        let dropped = m.power_cut(false);
-        assert_eq!(dropped, 4 + 3 + 4);
-        assert_eq!(read(&p), b"synced-");
-        assert_eq!(read(&other), b"", "metadata survives, data does not");
-        let s = m.stats();
-        assert_eq!((s.power_cuts, s.bytes_dropped, s.files_cut), (1, 11, 2));
-        // Nothing more to lose now.
-        assert_eq!(m.power_cut(false), 0);
+        for writes in [Writes::Through, Writes::Cached] {
+            let (_dir, m) = mounted_with(1, None, writes);
+            let p = m.mountpoint().join("wal.log");
+            let mut f = File::create(&p).unwrap();
+            f.write_all(b"synced-").unwrap();
+            f.sync_data().unwrap();
+            f.write_all(b"lost").unwrap();
+            // An overwrite of synced bytes is put back too.
+            f.write_all_at(b"SYN", 0).unwrap();
+            let other = m.mountpoint().join("never-synced");
+            std::fs::write(&other, b"gone").unwrap();
+            assert_eq!(read(&p), b"SYNced-lost");
+            // The node dies with the file open and its last writes, with
+            // the writeback cache, still in the kernel's pages.
+            let dropped = m.power_cut(false);
+            drop(f);
+            assert_eq!(m.shared.cached.load(Relaxed), writes == Writes::Cached);
+            if writes == Writes::Through {
+                assert_eq!(dropped, 4 + 3 + 4);
+            } else {
+                // The kernel sends whole pages: the cut puts back at least
+                // the bytes written.
+                assert!(dropped >= 4 + 3 + 4, "{dropped}");
+            }
+            assert_eq!(std::fs::metadata(&p).unwrap().len(), 7, "{writes:?}");
+            assert_eq!(read(&p), b"synced-", "{writes:?}");
+            assert_eq!(read(&other), b"", "metadata survives, data does not");
+            let s = m.stats();
+            assert_eq!((s.power_cuts, s.files_cut), (1, 2));
+            // Nothing more to lose now, and nothing comes back later.
+            assert_eq!(m.power_cut(false), 0);
+            assert_eq!(read(&p), b"synced-", "{writes:?}");
+        }
     }
 
     #[test]

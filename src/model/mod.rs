@@ -208,6 +208,26 @@ pub struct CellResult {
     /// numbers, at most 8), with how often each came.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub log_errors: Vec<LogLine>,
+    /// What soak itself cost while the cell ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harness: Option<HarnessCost>,
+}
+
+/// What soak itself cost while a cell ran, from its own samples: a reader
+/// sees that the harness did not disturb the node.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct HarnessCost {
+    /// soak's resident memory at the cell's first and last sample, and
+    /// the most it had.
+    pub rss_first_bytes: u64,
+    pub rss_last_bytes: u64,
+    pub rss_peak_bytes: u64,
+    /// soak's CPU over the cell, as a share of one core (0.01: 1%).
+    pub cpu_share: f64,
+    /// The sampler's part of it, at `interval_s` between samples.
+    pub sampler_cpu_share: f64,
+    pub interval_s: f64,
 }
 
 /// A fault lifted, and the node's way back.
@@ -792,9 +812,22 @@ pub struct Latency {
     pub max: u64,
 }
 
+/// The load in one window of a windowed check's length (`window: 1m`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct WindowLoad {
+    pub length_s: f64,
+    pub start_s: f64,
+    pub end_s: f64,
+    pub load: LoadSummary,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct PhaseRecord {
     pub phase: String,
+    /// Its place in the suite's `phases` list, from 1, as checks with
+    /// `phase:` name it (none for the phases inside a `repeat`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub place: Option<u32>,
     pub start_s: f64,
     pub end_s: f64,
     pub outcome: String,

@@ -44,7 +44,26 @@ pub struct CellChart {
     /// The node's own figures, in the order of [`PARTS`]; only those it
     /// exported at least twice.
     pub parts: Vec<Part>,
+    /// The other measures of `samples.csv` (PSS, anonymous, the cgroup's,
+    /// the data directory's size), those that were ever above 0.
+    pub measures: Vec<Part>,
+    /// The load's intervals from `latency.csv`: operations per second and
+    /// p99 in milliseconds.
+    pub ops_per_s: Vec<(f64, f64)>,
+    pub p99_ms: Vec<(f64, f64)>,
+    /// soak's own resident bytes, and its CPU between samples as a share
+    /// of one core.
+    pub soak_rss: Vec<(f64, f64)>,
+    pub soak_cpu: Vec<(f64, f64)>,
 }
+
+/// The measures of `samples.csv` charted beside RSS, by column.
+pub const MEASURES: &[(&str, &str)] = &[
+    ("pss_bytes", "PSS"),
+    ("anon_bytes", "anonymous"),
+    ("cgroup_bytes", "cgroup"),
+    ("disk_bytes", "disk"),
+];
 
 /// The charts of every cell, by cell id.
 pub type Charts = BTreeMap<String, CellChart>;
@@ -60,32 +79,81 @@ pub fn of_run(dir: &Path, s: &Summary) -> Charts {
 
 /// The chart of one cell, from its files (relative to `dir`).
 pub fn of_cell(dir: &Path, c: &CellResult) -> Option<CellChart> {
-    let rss = rss_series(&dir.join(c.files.get("samples.csv")?));
+    let samples =
+        std::fs::read_to_string(dir.join(c.files.get("samples.csv")?)).unwrap_or_default();
+    let rss = columns(&samples, "t_s", &["rss_bytes"])
+        .remove(0)
+        .into_iter()
+        .map(|(t, v)| (t, v as u64))
+        .collect();
+    let names: Vec<&str> = MEASURES.iter().map(|m| m.0).collect();
+    let measures = columns(&samples, "t_s", &names)
+        .into_iter()
+        .zip(MEASURES)
+        .filter(|(points, _)| points.len() >= 2 && points.iter().any(|p| p.1 > 0.0))
+        .map(|(points, (_, label))| Part { label, points })
+        .collect();
+    let mut own = columns(&samples, "t_s", &["soak_rss_bytes", "soak_cpu_s"]);
+    let cpu = own.pop().unwrap_or_default();
+    let soak_cpu = cpu
+        .windows(2)
+        .filter(|w| w[1].0 > w[0].0)
+        .map(|w| (w[1].0, (w[1].1 - w[0].1) / (w[1].0 - w[0].0)))
+        .collect();
+    let soak_rss = own.pop().unwrap_or_default();
     let parts = c
         .files
         .get("metrics.csv")
         .and_then(|f| std::fs::read_to_string(dir.join(f)).ok())
         .map(|text| parts(&text))
         .unwrap_or_default();
-    Some(CellChart { rss, parts })
+    let latency = c
+        .files
+        .get("latency.csv")
+        .and_then(|f| std::fs::read_to_string(dir.join(f)).ok())
+        .unwrap_or_default();
+    let mut load = columns(&latency, "t", &["ops_per_s", "p99_us"]);
+    let p99_ms = load
+        .pop()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(t, us)| (t, us / 1000.0))
+        .collect();
+    let ops_per_s = load.pop().unwrap_or_default();
+    Some(CellChart {
+        rss,
+        parts,
+        measures,
+        ops_per_s,
+        p99_ms,
+        soak_rss,
+        soak_cpu,
+    })
 }
 
-fn rss_series(file: &Path) -> Vec<(f64, u64)> {
-    let Ok(text) = std::fs::read_to_string(file) else {
-        return vec![];
-    };
-    let mut lines = text.lines();
+/// The (time, value) points of each column of `names` in a CSV file's
+/// text whose time is in the column `t`; rows that do not parse are left
+/// out.
+fn columns(csv: &str, t: &str, names: &[&str]) -> Vec<Vec<(f64, f64)>> {
+    let mut lines = csv.lines();
     let header: Vec<&str> = lines.next().unwrap_or("").split(',').collect();
     let col = |name: &str| header.iter().position(|h| *h == name);
-    let (Some(t), Some(rss)) = (col("t_s"), col("rss_bytes")) else {
-        return vec![];
+    let mut out = vec![vec![]; names.len()];
+    let (Some(t), cols) = (col(t), names.iter().map(|n| col(n)).collect::<Vec<_>>()) else {
+        return out;
     };
-    lines
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            Some((f.get(t)?.parse().ok()?, f.get(rss)?.parse().ok()?))
-        })
-        .collect()
+    for l in lines {
+        let f: Vec<&str> = l.split(',').collect();
+        let Some(at) = f.get(t).and_then(|v| v.parse::<f64>().ok()) else {
+            continue;
+        };
+        for (c, points) in cols.iter().zip(out.iter_mut()) {
+            if let Some(v) = c.and_then(|c| f.get(c)?.parse::<f64>().ok()) {
+                points.push((at, v));
+            }
+        }
+    }
+    out
 }
 
 /// The charted figures in `metrics.csv` (`t_s,series,value`). A name
@@ -156,5 +224,14 @@ mod tests {
             ]
         );
         assert!(parts("t_s,series,value\nbroken\n").is_empty());
+    }
+
+    #[test]
+    fn columns_are_read_by_name_and_broken_rows_left_out() {
+        let csv = "t,ops,ops_per_s,p99_us\n1.0,5,5.0,900\nbroken\n2.0,6,6.0,x\n";
+        assert_eq!(
+            columns(csv, "t", &["ops_per_s", "p99_us", "missing"]),
+            vec![vec![(1.0, 5.0), (2.0, 6.0)], vec![(1.0, 900.0)], vec![]]
+        );
     }
 }

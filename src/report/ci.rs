@@ -390,7 +390,10 @@ mod tests {
                     .collect();
                 (
                     c.id.clone(),
-                    super::super::charts::CellChart { rss, parts: vec![] },
+                    super::super::charts::CellChart {
+                        rss,
+                        ..Default::default()
+                    },
                 )
             })
             .collect()

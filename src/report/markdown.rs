@@ -319,11 +319,15 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: Option<&CellChart>) -> io::Re
     if let Some(chart) = chart {
         chart_rss(w, &c.id, &chart.rss, m.limit_bytes)?;
         chart_parts(w, &c.id, chart)?;
+        chart_series(w, c, chart)?;
     }
     if !c.restarts.is_empty() {
         restarts(w, &c.restarts)?;
     }
     load_line(w, c)?;
+    if let Some(h) = &c.harness {
+        harness_line(w, h)?;
+    }
     upgrades_table(w, c)?;
     data_dirs(w, c)?;
     phase_loads(w, c)?;
@@ -645,8 +649,6 @@ fn chart_parts(w: &mut impl Write, id: &str, chart: &CellChart) -> io::Result<()
         lines.push(("RSS", &rss));
     }
     lines.extend(chart.parts.iter().map(|p| (p.label, p.points.as_slice())));
-    lines.truncate(PALETTE.len());
-    let mib = |b: f64| b / (1024.0 * 1024.0);
     writeln!(
         w,
         "**Where the memory went** (the node's own figures beside its RSS):\n\n| series | peak | last |\n|---|---:|---:|"
@@ -661,47 +663,246 @@ fn chart_parts(w: &mut impl Write, id: &str, chart: &CellChart) -> io::Result<()
             Bytes(last as u64)
         )?;
     }
+    writeln!(w)?;
+    let in_mib: Vec<(&str, Vec<(f64, f64)>)> = lines
+        .iter()
+        .map(|(l, p)| (*l, p.iter().map(|&(t, b)| (t, mib(b))).collect()))
+        .collect();
+    chart_lines(
+        w,
+        &format!("Memory of {id} (MiB)"),
+        "MiB",
+        &in_mib,
+        &[],
+        Hold::Last,
+    )
+}
+
+fn mib(b: f64) -> f64 {
+    b / (1024.0 * 1024.0)
+}
+
+/// What a line shows between its points.
+#[derive(Clone, Copy, PartialEq)]
+enum Hold {
+    /// Its last value (a sampled level: memory, disk).
+    Last,
+    /// 0 where it has no point within a step of the grid (the load's
+    /// intervals: none while nothing ran).
+    Zero,
+}
+
+/// One chart of lines over the cell's time, each in its colour, named in a
+/// line above it (mermaid's xychart draws no legend), with `marks` (the
+/// node's restarts and faults lifted) as grey bars.
+fn chart_lines(
+    w: &mut impl Write,
+    title: &str,
+    unit: &str,
+    lines: &[(&str, Vec<(f64, f64)>)],
+    marks: &[f64],
+    hold: Hold,
+) -> io::Result<()> {
+    let lines: Vec<&(&str, Vec<(f64, f64)>)> = lines
+        .iter()
+        .filter(|(_, p)| p.len() >= 2)
+        .take(PALETTE.len())
+        .collect();
+    if lines.is_empty() {
+        return Ok(());
+    }
     const MAX: usize = 60;
     let t_end = lines
         .iter()
         .filter_map(|(_, p)| p.last().map(|x| x.0))
         .fold(0.0, f64::max);
-    let grid: Vec<f64> = (0..MAX)
-        .map(|i| t_end * i as f64 / (MAX - 1) as f64)
-        .collect();
-    // Each line's value at a grid time: its last sample at or before it.
+    let step = t_end / (MAX - 1) as f64;
+    let grid: Vec<f64> = (0..MAX).map(|i| step * i as f64).collect();
     let at = |points: &[(f64, f64)], t: f64| -> f64 {
         let i = points.partition_point(|p| p.0 <= t);
-        points[i.saturating_sub(1)].1
+        match (hold, i.checked_sub(1).map(|i| points[i])) {
+            (Hold::Last, p) => p.unwrap_or(points[0]).1,
+            (Hold::Zero, Some(p)) if t - p.0 <= step.max(1.0) => p.1,
+            (Hold::Zero, _) => 0.0,
+        }
     };
-    let top = lines
+    let top = (lines
         .iter()
-        .flat_map(|(_, p)| p.iter().map(|x| mib(x.1)))
+        .flat_map(|(_, p)| p.iter().map(|x| x.1))
         .fold(0.0, f64::max)
-        * 1.1;
-    let legend: Vec<String> = lines
+        * 1.1)
+        .max(1.0);
+    let mut legend: Vec<String> = lines
         .iter()
         .zip(PALETTE)
         .map(|((label, _), (_, colour))| format!("{label} {colour}"))
         .collect();
-    let palette: Vec<&str> = PALETTE.iter().take(lines.len()).map(|p| p.0).collect();
+    let mut palette: Vec<&str> = PALETTE.iter().take(lines.len()).map(|p| p.0).collect();
+    let bars: Vec<String> = grid
+        .iter()
+        .map(|&t| {
+            let hit = marks.iter().any(|m| *m > t - step && *m <= t);
+            if hit {
+                format!("{:.1}", top)
+            } else {
+                "0".into()
+            }
+        })
+        .collect();
+    // The bars go first, under the lines, and so take the first colour.
+    let marked = marks.iter().any(|m| *m <= t_end);
+    if marked {
+        legend.push("grey bars: restarts and faults lifted".into());
+        palette.insert(0, MARK_COLOUR);
+    }
     writeln!(
         w,
-        "\nLines: {}.\n\n```mermaid\n%%{{init: {{\"themeVariables\": {{\"xyChart\": {{\"plotColorPalette\": \"{}\"}}}}}}}}%%\nxychart-beta\n    title \"Memory of {} (MiB)\"",
+        "Lines: {}.\n\n```mermaid\n%%{{init: {{\"themeVariables\": {{\"xyChart\": {{\"plotColorPalette\": \"{}\"}}}}}}}}%%\nxychart-beta\n    title \"{}\"",
         legend.join(", "),
         palette.join(", "),
-        chart_text(id)
+        chart_text(title)
     )?;
     writeln!(w, "    x-axis \"seconds\" 0 --> {:.0}", t_end.ceil())?;
-    writeln!(w, "    y-axis \"MiB\" 0 --> {:.0}", top.ceil().max(1.0))?;
+    writeln!(
+        w,
+        "    y-axis \"{}\" 0 --> {:.0}",
+        chart_text(unit),
+        top.ceil()
+    )?;
+    if marked {
+        writeln!(w, "    bar [{}]", bars.join(", "))?;
+    }
     for (_, points) in &lines {
         let series: Vec<String> = grid
             .iter()
-            .map(|&t| format!("{:.1}", mib(at(points, t))))
+            .map(|&t| format!("{:.1}", at(points, t)))
             .collect();
         writeln!(w, "    line [{}]", series.join(", "))?;
     }
     writeln!(w, "```\n")
+}
+
+/// What soak itself cost, in one line.
+fn harness_line(w: &mut impl Write, h: &crate::model::HarnessCost) -> io::Result<()> {
+    writeln!(
+        w,
+        "**soak's own cost:** {:.1}% of a core over the cell, of which the sampler {:.2}% (every {}); soak's RSS {} at the start, {} at the end, {} at most.\n",
+        h.cpu_share * 100.0,
+        h.sampler_cpu_share * 100.0,
+        crate::units::human_duration(std::time::Duration::from_secs_f64(h.interval_s)),
+        Bytes(h.rss_first_bytes),
+        Bytes(h.rss_last_bytes),
+        Bytes(h.rss_peak_bytes)
+    )
+}
+
+/// The colour of the bars that mark restarts and faults.
+const MARK_COLOUR: &str = "#c7c7c7";
+
+/// The charts of every other series a cell sampled: memory by measure
+/// against the limit, the data directory, the load's throughput and p99;
+/// each with the restarts and the faults lifted marked.
+fn chart_series(w: &mut impl Write, c: &CellResult, chart: &CellChart) -> io::Result<()> {
+    let marks: Vec<f64> = c
+        .restarts
+        .iter()
+        .map(|r| r.at_s)
+        .chain(c.recoveries.iter().map(|r| r.lifted_at_s))
+        .collect();
+    let id = &c.id;
+    let mut memory: Vec<(&str, Vec<(f64, f64)>)> = vec![(
+        "RSS",
+        chart.rss.iter().map(|&(t, b)| (t, mib(b as f64))).collect(),
+    )];
+    memory.extend(
+        chart
+            .measures
+            .iter()
+            .filter(|m| m.label != "disk")
+            .map(|m| {
+                (
+                    m.label,
+                    m.points.iter().map(|&(t, b)| (t, mib(b))).collect(),
+                )
+            }),
+    );
+    if memory.len() > 1 {
+        if let (Some(limit), Some(last)) = (c.memory.limit_bytes, chart.rss.last()) {
+            memory.push((
+                "limit",
+                vec![(0.0, mib(limit as f64)), (last.0, mib(limit as f64))],
+            ));
+        }
+        writeln!(w, "**Memory by measure:**\n")?;
+        chart_lines(
+            w,
+            &format!("Memory of {id} (MiB)"),
+            "MiB",
+            &memory,
+            &marks,
+            Hold::Last,
+        )?;
+    }
+    if let Some(disk) = chart.measures.iter().find(|m| m.label == "disk") {
+        writeln!(w, "**The data directory:**\n")?;
+        let points = disk.points.iter().map(|&(t, b)| (t, mib(b))).collect();
+        chart_lines(
+            w,
+            &format!("Data directory of {id} (MiB)"),
+            "MiB",
+            &[("disk", points)],
+            &marks,
+            Hold::Last,
+        )?;
+    }
+    if chart.soak_rss.len() >= 2 {
+        writeln!(
+            w,
+            "**soak's own memory and CPU** (the harness beside the node):\n"
+        )?;
+        let rss = chart.soak_rss.iter().map(|&(t, b)| (t, mib(b))).collect();
+        chart_lines(
+            w,
+            &format!("soak's RSS while {id} ran (MiB)"),
+            "MiB",
+            &[("soak RSS", rss)],
+            &[],
+            Hold::Last,
+        )?;
+        let cpu = chart
+            .soak_cpu
+            .iter()
+            .map(|&(t, c)| (t, c * 100.0))
+            .collect();
+        chart_lines(
+            w,
+            &format!("soak's CPU while {id} ran (% of a core)"),
+            "%",
+            &[("soak CPU", cpu)],
+            &[],
+            Hold::Last,
+        )?;
+    }
+    if chart.ops_per_s.len() >= 2 {
+        writeln!(w, "**The load:**\n")?;
+        chart_lines(
+            w,
+            &format!("Operations per second of {id}"),
+            "ops/s",
+            &[("ops/s", chart.ops_per_s.clone())],
+            &marks,
+            Hold::Zero,
+        )?;
+        chart_lines(
+            w,
+            &format!("p99 latency of {id} (ms)"),
+            "ms",
+            &[("p99", chart.p99_ms.clone())],
+            &marks,
+            Hold::Zero,
+        )?;
+    }
+    Ok(())
 }
 
 /// What soak's fault filesystem did, in one paragraph.
@@ -841,7 +1042,7 @@ pub(crate) fn table_text(s: &str) -> String {
 /// Text from outside as inline code in a table cell: one line, its pipes
 /// escaped (GitHub splits cells on them even in code); `<` stays as it
 /// is, since code is never HTML.
-fn table_code(s: &str) -> String {
+pub(crate) fn table_code(s: &str) -> String {
     code_span(&s.replace(['\n', '\r'], " ").replace('|', "\\|"))
 }
 

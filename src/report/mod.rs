@@ -5,6 +5,7 @@
 pub mod charts;
 pub mod ci;
 pub mod compare;
+pub mod history;
 pub mod junit;
 pub mod markdown;
 pub mod merge;

@@ -149,6 +149,15 @@ pub struct GrowthCheck {
     /// Samples this soon after each (re)start are left out of the slope.
     #[serde(default = "default_warmup", skip_serializing)]
     pub warmup: Dur,
+    /// Judged on one phase only: its place in the suite's `phases` list,
+    /// counting from 1 (a `repeat` counts as one, all its rounds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<u32>,
+    /// Judged on every window of this length from the cell's start, e.g.
+    /// `5m`: each must pass (a last window shorter than half the length is
+    /// left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Dur>,
     #[serde(default)]
     pub severity: Severity,
 }
@@ -165,6 +174,15 @@ pub struct PeakCheck {
     pub max: Bound,
     #[serde(default)]
     pub series: Series,
+    /// Judged on one phase only: its place in the suite's `phases` list,
+    /// counting from 1 (a `repeat` counts as one, all its rounds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<u32>,
+    /// Judged on every window of this length from the cell's start, e.g.
+    /// `5m`: each must pass (a last window shorter than half the length is
+    /// left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Dur>,
     #[serde(default)]
     pub severity: Severity,
 }
@@ -206,6 +224,15 @@ pub enum GrowthFrom {
 #[serde(deny_unknown_fields)]
 pub struct ThroughputCheck {
     pub min: Rate,
+    /// Judged on one phase only: its place in the suite's `phases` list,
+    /// counting from 1 (a `repeat` counts as one, all its rounds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<u32>,
+    /// Judged on every window of this length from the cell's start, e.g.
+    /// `5m`: each must pass (a last window shorter than half the length is
+    /// left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Dur>,
     #[serde(default)]
     pub severity: Severity,
 }
@@ -217,6 +244,15 @@ pub struct LatencyCheck {
     #[serde(default = "default_percentile")]
     pub percentile: f64,
     pub max: Dur,
+    /// Judged on one phase only: its place in the suite's `phases` list,
+    /// counting from 1 (a `repeat` counts as one, all its rounds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<u32>,
+    /// Judged on every window of this length from the cell's start, e.g.
+    /// `5m`: each must pass (a last window shorter than half the length is
+    /// left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Dur>,
     #[serde(default)]
     pub severity: Severity,
 }
@@ -246,12 +282,64 @@ pub struct Checks {
     pub oom_kills: Option<CountCheck>,
     /// Deaths that were neither soak's doing nor the OOM killer's.
     pub crashes: Option<CountCheck>,
-    pub memory_growth: Option<GrowthCheck>,
-    pub peak_memory: Option<PeakCheck>,
+    /// One check, or a list: `[{ max: 20MiB/h }, { max: 50MiB/h, window: 1h }]`.
+    #[serde(default, deserialize_with = "one_or_more")]
+    #[schemars(with = "OneOrMore<GrowthCheck>")]
+    pub memory_growth: Vec<GrowthCheck>,
+    #[serde(default, deserialize_with = "one_or_more")]
+    #[schemars(with = "OneOrMore<PeakCheck>")]
+    pub peak_memory: Vec<PeakCheck>,
     pub disk: Option<DiskCheck>,
-    pub throughput: Option<ThroughputCheck>,
-    pub latency: Option<LatencyCheck>,
+    #[serde(default, deserialize_with = "one_or_more")]
+    #[schemars(with = "OneOrMore<ThroughputCheck>")]
+    pub throughput: Vec<ThroughputCheck>,
+    /// One check, or a list: `[{ max: 10ms }, { max: 50ms, window: 1m }]`.
+    #[serde(default, deserialize_with = "one_or_more")]
+    #[schemars(with = "OneOrMore<LatencyCheck>")]
+    pub latency: Vec<LatencyCheck>,
     pub restart_time: Option<RestartTimeCheck>,
+}
+
+/// A check, or a list of checks of one kind (the suite schema's view).
+#[allow(dead_code)]
+#[derive(schemars::JsonSchema)]
+#[serde(untagged)]
+enum OneOrMore<T> {
+    One(T),
+    More(Vec<T>),
+}
+
+/// A check given alone or as a list of them; either reads as a list. The
+/// errors stay those of the check itself.
+fn one_or_more<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct V<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a check (a map), or a list of them")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Vec<T>, A::Error> {
+            T::deserialize(de::value::MapAccessDeserializer::new(map)).map(|t| vec![t])
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Vec<T>, A::Error> {
+            Vec::deserialize(de::value::SeqAccessDeserializer::new(seq))
+        }
+    }
+    d.deserialize_any(V(std::marker::PhantomData))
+}
+
+/// Where a scoped check looks, as its result's name says it:
+/// ` in phase 3`, ` in every 1m window`.
+pub fn scope_text(phase: Option<u32>, window: Option<Dur>) -> String {
+    match (phase, window) {
+        (Some(p), _) => format!(" in phase {p}"),
+        (None, Some(w)) => format!(" in every {} window", crate::units::human_duration(w.0)),
+        (None, None) => String::new(),
+    }
 }
 
 fn has_phase(phases: &[Phase], f: &dyn Fn(&Phase) -> bool) -> bool {
@@ -259,6 +347,22 @@ fn has_phase(phases: &[Phase], f: &dyn Fn(&Phase) -> bool) -> bool {
         Phase::Repeat { phases, .. } => has_phase(phases, f),
         p => f(p),
     })
+}
+
+/// The percentiles a phase's and a window's load keeps.
+pub const KEPT_PERCENTILES: [f64; 4] = [50.0, 90.0, 99.0, 99.9];
+
+fn either<T: Clone>(over: &[T], base: &[T]) -> Vec<T> {
+    if over.is_empty() { base } else { over }.to_vec()
+}
+
+/// `checks.latency.window`, or `checks.latency[1].window` in a list.
+fn at(name: &str, n: usize, i: usize, field: &str) -> String {
+    if n > 1 {
+        format!("checks.{name}[{i}].{field}")
+    } else {
+        format!("checks.{name}.{field}")
+    }
 }
 
 impl Checks {
@@ -271,22 +375,30 @@ impl Checks {
             corrupted_writes: over.corrupted_writes.or(self.corrupted_writes),
             oom_kills: over.oom_kills.or(self.oom_kills),
             crashes: over.crashes.or(self.crashes),
-            memory_growth: over
-                .memory_growth
-                .clone()
-                .or_else(|| self.memory_growth.clone()),
-            peak_memory: over
-                .peak_memory
-                .clone()
-                .or_else(|| self.peak_memory.clone()),
+            memory_growth: either(&over.memory_growth, &self.memory_growth),
+            peak_memory: either(&over.peak_memory, &self.peak_memory),
             disk: over.disk.clone().or_else(|| self.disk.clone()),
-            throughput: over.throughput.clone().or_else(|| self.throughput.clone()),
-            latency: over.latency.clone().or_else(|| self.latency.clone()),
+            throughput: either(&over.throughput, &self.throughput),
+            latency: either(&over.latency, &self.latency),
             restart_time: over
                 .restart_time
                 .clone()
                 .or_else(|| self.restart_time.clone()),
         }
+    }
+
+    /// The window lengths the load must keep figures for.
+    pub fn windows(&self) -> Vec<std::time::Duration> {
+        let mut w: Vec<std::time::Duration> = self
+            .latency
+            .iter()
+            .filter_map(|c| c.window)
+            .chain(self.throughput.iter().filter_map(|c| c.window))
+            .map(|d| d.0)
+            .collect();
+        w.sort();
+        w.dedup();
+        w
     }
 
     /// The names of the checks set here, as results name them (a result's
@@ -298,11 +410,11 @@ impl Checks {
             ("corrupted_writes", self.corrupted_writes.is_some()),
             ("oom_kills", self.oom_kills.is_some()),
             ("crashes", self.crashes.is_some()),
-            ("memory_growth", self.memory_growth.is_some()),
-            ("peak_memory", self.peak_memory.is_some()),
+            ("memory_growth", !self.memory_growth.is_empty()),
+            ("peak_memory", !self.peak_memory.is_empty()),
             ("disk", self.disk.is_some()),
-            ("throughput", self.throughput.is_some()),
-            ("latency", self.latency.is_some()),
+            ("throughput", !self.throughput.is_empty()),
+            ("latency", !self.latency.is_empty()),
             ("restart_time", self.restart_time.is_some()),
         ]
         .into_iter()
@@ -356,8 +468,8 @@ impl Checks {
             matches!(p, Phase::Run(_) | Phase::Load | Phase::Chaos(_))
         });
         for (name, set) in [
-            ("throughput", self.throughput.is_some()),
-            ("latency", self.latency.is_some()),
+            ("throughput", !self.throughput.is_empty()),
+            ("latency", !self.latency.is_empty()),
         ] {
             if set && (s.workload.is_none() || !loads) {
                 out.push((format!("checks.{name}"), format!("`{name}` is measured on the built-in workload: add a `workload:` and a `run` phase")));
@@ -390,15 +502,75 @@ impl Checks {
                 ));
             }
         }
-        if let Some(l) = &self.latency {
+        for (i, l) in self.latency.iter().enumerate() {
+            let at = |f: &str| at("latency", self.latency.len(), i, f);
             if !(l.percentile > 0.0 && l.percentile < 100.0) {
                 out.push((
-                    "checks.latency.percentile".into(),
+                    at("percentile"),
                     "the percentile is between 0 and 100 (exclusive), e.g. 99 or 99.9".into(),
+                ));
+            } else if (l.phase.is_some() || l.window.is_some())
+                && !KEPT_PERCENTILES.contains(&l.percentile)
+            {
+                out.push((
+                    at("percentile"),
+                    format!("a phase's or a window's latency is kept at the 50th, 90th, 99th and 99.9th percentiles, not the {}th: use one of those", l.percentile),
                 ));
             }
         }
-        if let Some(p) = &self.peak_memory {
+        let scopes =
+            self.latency
+                .iter()
+                .map(|c| (c.phase, c.window))
+                .enumerate()
+                .map(|(i, s)| ("latency", self.latency.len(), i, s))
+                .chain(
+                    self.throughput.iter().enumerate().map(|(i, c)| {
+                        ("throughput", self.throughput.len(), i, (c.phase, c.window))
+                    }),
+                )
+                .chain(self.memory_growth.iter().enumerate().map(|(i, c)| {
+                    (
+                        "memory_growth",
+                        self.memory_growth.len(),
+                        i,
+                        (c.phase, c.window),
+                    )
+                }))
+                .chain(self.peak_memory.iter().enumerate().map(|(i, c)| {
+                    (
+                        "peak_memory",
+                        self.peak_memory.len(),
+                        i,
+                        (c.phase, c.window),
+                    )
+                }));
+        for (name, n, i, (phase, window)) in scopes {
+            if phase.is_some() && window.is_some() {
+                out.push((
+                    at(name, n, i, "window"),
+                    "give `phase` or `window`, not both".into(),
+                ));
+            }
+            if let Some(p) = phase {
+                if p == 0 || p as usize > s.phases.len() {
+                    out.push((
+                        at(name, n, i, "phase"),
+                        format!(
+                            "`phase: {p}`: the suite has {} phases; count them from 1 as listed under `phases` (a `repeat` is one)",
+                            s.phases.len()
+                        ),
+                    ));
+                }
+            }
+            if window.is_some_and(|w| w.0.is_zero()) {
+                out.push((
+                    at(name, n, i, "window"),
+                    "a window has a length, e.g. 1m".into(),
+                ));
+            }
+        }
+        for p in &self.peak_memory {
             if matches!(p.max, Bound::OfLimit(_)) && s.limits.memory.is_none() {
                 out.push((
                     "checks.peak_memory.max".into(),

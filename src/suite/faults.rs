@@ -87,6 +87,18 @@ fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 }
 
 impl DiskFault {
+    /// Whether the fault leaves `write()` calls as they are: a power cut
+    /// acts after the node is dead, and faults on reads and fsyncs only.
+    pub fn leaves_writes_alone(&self) -> bool {
+        match self {
+            DiskFault::PowerCut { .. } => true,
+            DiskFault::DiskFull(_) => false,
+            DiskFault::IoErrors(f) | DiskFault::IoDelay(f) => {
+                f.as_ref().is_none_or(|f| !f.ops.contains(&IoOp::Write))
+            }
+        }
+    }
+
     pub fn word(&self) -> &'static str {
         match self {
             DiskFault::PowerCut { .. } => "power_cut",

@@ -401,7 +401,7 @@ mod tests {
         let j = by("allocator=jemalloc,cache=32MiB").expect.clone().unwrap();
         assert_eq!(j.oom_kills.unwrap().max, Some(0));
         assert_eq!(
-            j.peak_memory.unwrap().max,
+            j.peak_memory[0].max,
             crate::suite::values::Bound::OfLimit(0.85)
         );
         // An include of a new cell carries its own.

@@ -379,13 +379,19 @@ const TOP_KEYS: [&str; 10] = [
 ];
 
 /// Whether `phases` put a fault on the data directory.
-fn disk_faults_in(phases: &[Phase]) -> bool {
-    phases.iter().any(|p| match p {
-        Phase::Disk(_) => true,
-        Phase::Chaos(c) => c.on_disk(),
-        Phase::Repeat { phases, .. } => disk_faults_in(phases),
-        _ => false,
-    })
+/// The disk faults of `phases`, those a chaos schedule may draw among them.
+fn disk_faults_in<'a>(phases: &'a [Phase], out: &mut Vec<&'a faults::DiskFault>) {
+    for p in phases {
+        match p {
+            Phase::Disk(d) => out.push(d),
+            Phase::Chaos(c) => out.extend(c.actions.iter().filter_map(|a| match a {
+                ChaosAction::Disk(d) => Some(d),
+                _ => None,
+            })),
+            Phase::Repeat { phases, .. } => disk_faults_in(phases, out),
+            _ => {}
+        }
+    }
 }
 
 impl Suite {
@@ -393,7 +399,18 @@ impl Suite {
     /// disk faults in the phases (a chaos `power_cut` among them), or a
     /// `limits.disk`.
     pub fn uses_disk_faults(&self) -> bool {
-        self.limits.disk.is_some() || disk_faults_in(&self.phases)
+        let mut faults = vec![];
+        disk_faults_in(&self.phases, &mut faults);
+        self.limits.disk.is_some() || !faults.is_empty()
+    }
+
+    /// Whether the kernel may gather the node's writes before they reach
+    /// the fault filesystem (its writeback cache): yes unless a fault must
+    /// answer the `write()` itself, as a full disk or a failing write does.
+    pub fn writes_may_be_cached(&self) -> bool {
+        let mut faults = vec![];
+        disk_faults_in(&self.phases, &mut faults);
+        self.limits.disk.is_none() && faults.iter().all(|f| f.leaves_writes_alone())
     }
 
     /// Reads and validates a suite file.

@@ -49,17 +49,22 @@ pub struct Sample {
     /// and hits of `memory.max` (v1: `memory.failcnt`).
     pub events_high: u64,
     pub events_max: u64,
+    /// soak's own resident memory, and the CPU seconds it and its sampler
+    /// used since it started: what the harness cost beside the node.
+    pub soak_rss: u64,
+    pub soak_cpu_s: f64,
+    pub sampler_cpu_s: f64,
 }
 
 /// The header of `samples.csv`; columns are only ever added at the end.
-pub const SAMPLES_HEADER: &str = "t_s,segment,up,rss_bytes,pss_bytes,anon_bytes,cgroup_bytes,cgroup_anon_bytes,cgroup_file_bytes,disk_bytes,cgroup_kernel_bytes,cgroup_shmem_bytes,cgroup_sock_bytes,memory_pressure_some_avg10,memory_pressure_full_avg10,memory_events_high,memory_events_max";
+pub const SAMPLES_HEADER: &str = "t_s,segment,up,rss_bytes,pss_bytes,anon_bytes,cgroup_bytes,cgroup_anon_bytes,cgroup_file_bytes,disk_bytes,cgroup_kernel_bytes,cgroup_shmem_bytes,cgroup_sock_bytes,memory_pressure_some_avg10,memory_pressure_full_avg10,memory_events_high,memory_events_max,soak_rss_bytes,soak_cpu_s,sampler_cpu_s";
 
 impl Sample {
     /// One line of `samples.csv` (a figure that could not be read is empty).
     pub fn csv_line(&self) -> String {
         let opt = |v: Option<f64>| v.map(|v| format!("{v:.2}")).unwrap_or_default();
         format!(
-            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3}",
             self.t,
             self.segment,
             u8::from(self.up),
@@ -77,7 +82,42 @@ impl Sample {
             opt(self.pressure_full),
             self.events_high,
             self.events_max,
+            self.soak_rss,
+            self.soak_cpu_s,
+            self.sampler_cpu_s,
         )
+    }
+}
+
+/// CPU seconds of a clock (`CLOCK_PROCESS_CPUTIME_ID`: this process;
+/// `CLOCK_THREAD_CPUTIME_ID`: this thread).
+fn cpu_seconds(clock: libc::clockid_t) -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// soak's own resident memory, from /proc/self/statm.
+fn own_rss() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * page_size())
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as u64
+    } else {
+        4096
     }
 }
 
@@ -214,6 +254,7 @@ impl Target {
             pressure_full: pressure.map(|p| p.full_avg10),
             events_high: events.high,
             events_max: events.max,
+            ..Sample::default()
         }
     }
 }
@@ -258,13 +299,25 @@ impl Sampler {
         let handle = tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // The CPU the sampling took, on the thread it ran on.
+            let mut sampler_cpu_s = 0.0;
             loop {
                 tokio::select! {
                     _ = stopped.changed() => break,
                     _ = tick.tick() => {
                         let target = target.clone();
                         let t = origin.elapsed().as_secs_f64();
-                        let Ok(s) = tokio::task::spawn_blocking(move || target.sample(t)).await else { continue };
+                        let took = tokio::task::spawn_blocking(move || {
+                            let before = cpu_seconds(libc::CLOCK_THREAD_CPUTIME_ID);
+                            let mut s = target.sample(t);
+                            s.soak_rss = own_rss();
+                            (s, cpu_seconds(libc::CLOCK_THREAD_CPUTIME_ID) - before)
+                        })
+                        .await;
+                        let Ok((mut s, cpu)) = took else { continue };
+                        sampler_cpu_s += cpu;
+                        s.sampler_cpu_s = sampler_cpu_s;
+                        s.soak_cpu_s = cpu_seconds(libc::CLOCK_PROCESS_CPUTIME_ID);
                         let _ = writeln!(file, "{}", s.csv_line());
                         let _ = file.flush();
                         store.lock().expect("samples lock").push(s);

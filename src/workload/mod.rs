@@ -134,6 +134,23 @@ impl LoadStats {
         }
     }
 
+    /// Adds `other`'s counts and latencies to these.
+    fn add(&mut self, other: &LoadStats) {
+        self.sets_ok += other.sets_ok;
+        self.gets_ok += other.gets_ok;
+        self.dels_ok += other.dels_ok;
+        self.mgets_ok += other.mgets_ok;
+        self.errors += other.errors;
+        self.unavailable += other.unavailable;
+        self.corrupted_reads += other.corrupted_reads;
+        self.lost_reads += other.lost_reads;
+        self.resurrected_reads += other.resurrected_reads;
+        self.in_doubt_reads += other.in_doubt_reads;
+        let _ = self.latency_us.add(&other.latency_us);
+        self.active_s += other.active_s;
+        self.fill_sets += other.fill_sets;
+    }
+
     fn is_empty(&self) -> bool {
         self.ops_ok() + self.errors + self.unavailable + self.fill_sets == 0
     }
@@ -229,6 +246,46 @@ struct Shared {
     /// The node's distinct error replies (at most [`ERROR_REPLIES`]), each
     /// with when it first came, in seconds since the load's origin.
     error_replies: Vec<(f64, String)>,
+    /// The load of every window the checks asked for, as they closed.
+    windows: Vec<crate::model::WindowLoad>,
+}
+
+/// The load of the windows of one length, as intervals come in.
+struct Windows {
+    length: f64,
+    /// The start of the window open now, and its load so far.
+    open: Option<(f64, LoadStats)>,
+}
+
+impl Windows {
+    /// Adds an interval that ended at `t` (seconds since the origin) and
+    /// lasted `span`; returns the window it closed, if any.
+    fn add(&mut self, t: f64, span: f64, s: &LoadStats) -> Option<crate::model::WindowLoad> {
+        // The window an interval belongs to is the one its middle is in.
+        let start = ((t - span / 2.0).max(0.0) / self.length).floor() * self.length;
+        let closed = match &self.open {
+            Some((at, _)) if *at < start => self.close(false),
+            _ => None,
+        };
+        let (_, acc) = self
+            .open
+            .get_or_insert_with(|| (start, LoadStats::default()));
+        acc.add(s);
+        acc.active_s += span;
+        closed
+    }
+
+    /// The open window, when it covered enough (all of it, or at the end
+    /// of the load, at least half).
+    fn close(&mut self, last: bool) -> Option<crate::model::WindowLoad> {
+        let (start, acc) = self.open.take()?;
+        (!last || acc.active_s >= self.length / 2.0).then(|| crate::model::WindowLoad {
+            length_s: self.length,
+            start_s: start,
+            end_s: start + self.length,
+            load: acc.summary(),
+        })
+    }
 }
 
 /// Distinct error replies kept: what a node says when it refuses writes
@@ -451,7 +508,24 @@ impl Engine {
     /// Writes `latency.csv` at `path`: one row per `every` with the
     /// operations and latency percentiles of that interval, `t` in seconds
     /// since `origin`. Rows are left out while nothing happens.
-    pub fn log_intervals(&mut self, path: &std::path::Path, every: Duration, origin: Instant) {
+    ///
+    /// It also keeps the load of every window of each of `windows`'
+    /// lengths (from the origin; [`Engine::windows`]), which windowed
+    /// checks judge: exact percentiles, from the intervals' histograms.
+    pub fn log_intervals(
+        &mut self,
+        path: &std::path::Path,
+        every: Duration,
+        origin: Instant,
+        windows: &[Duration],
+    ) {
+        let mut windows: Vec<Windows> = windows
+            .iter()
+            .map(|w| Windows {
+                length: w.as_secs_f64(),
+                open: None,
+            })
+            .collect();
         let (stop_tx, mut stop) = watch::channel(false);
         let shared = self.shared.clone();
         let path = path.to_path_buf();
@@ -470,17 +544,31 @@ impl Engine {
                 let s = std::mem::take(&mut shared.lock().expect("stats lock").interval);
                 let span = last.elapsed().as_secs_f64();
                 last = Instant::now();
+                let t = origin.elapsed().as_secs_f64();
                 if !s.is_empty() {
-                    let row = IntervalRow::of(origin.elapsed().as_secs_f64(), span, &s);
+                    let row = IntervalRow::of(t, span, &s);
                     writeln!(out, "{row}")?;
                     out.flush()?;
+                    let closed: Vec<_> = windows
+                        .iter_mut()
+                        .filter_map(|w| w.add(t, span, &s))
+                        .collect();
+                    shared.lock().expect("stats lock").windows.extend(closed);
                 }
                 if stopping {
+                    let closed: Vec<_> = windows.iter_mut().filter_map(|w| w.close(true)).collect();
+                    shared.lock().expect("stats lock").windows.extend(closed);
                     return Ok(());
                 }
             }
         });
         self.log = Some((stop_tx, task));
+    }
+
+    /// The load of every window [`Engine::log_intervals`] was asked for,
+    /// each length's in time order (complete once the log is closed).
+    pub fn windows(&self) -> Vec<crate::model::WindowLoad> {
+        self.shared.lock().expect("stats lock").windows.clone()
     }
 
     /// Writes the last interval and closes `latency.csv`.
