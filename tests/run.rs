@@ -1598,6 +1598,9 @@ fn soak_node_loses_nothing_to_power_cuts_with_sync_and_only_a_tail_without() {
     let off = cell_named(&run, "storage=sync-off");
     for c in [on, off] {
         let d = c.disk_faults.as_ref().unwrap();
+        // Power cuts leave write() alone: the kernel's writeback cache
+        // gathers the node's writes, and the cuts still take them.
+        assert!(d.writeback_cache, "{d:?}");
         assert_eq!(d.power_cuts, 20, "{d:?}");
         assert!(d.bytes_dropped > 0, "{d:?}");
         assert_eq!(c.restarts.len(), 20);
@@ -1620,6 +1623,8 @@ fn a_full_disk_refuses_writes_loses_nothing_and_the_node_comes_back() {
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let c = run.cell();
     let d = c.disk_faults.as_ref().unwrap();
+    // A full disk must refuse the write() itself: no cache.
+    assert!(!d.writeback_cache, "{d:?}");
     assert!(d.refused_writes > 0, "{d:?}");
     assert!(
         c.error_replies

@@ -294,12 +294,19 @@ impl Shared {
     fn write(&self, ino: u64, f: &File, offset: u64, data: &[u8]) -> Result<u32, Errno> {
         self.inject(IoOp::Write, ino)?;
         let _gate = self.gate.read().expect("gate");
+        // With the writeback cache no budget can be in force (it is only
+        // granted to cells without one): the blocks are not counted.
+        let counted = !self.cached.load(Relaxed);
         let md = f.metadata().map_err(errno)?;
         let (len, before) = (md.len(), allocated(&md));
         let end = offset + data.len() as u64;
         // What the write may add, at most: blocks past what the file has
         // (RocksDB preallocates its WAL, so most appends add none).
-        let estimate = round_up(end.saturating_sub(len.max(before)));
+        let estimate = if counted {
+            round_up(end.saturating_sub(len.max(before)))
+        } else {
+            0
+        };
         self.reserve(estimate)?;
         {
             let mut unsynced = self.unsynced.lock().expect("unsynced");
@@ -316,8 +323,10 @@ impl Shared {
             }
         }
         let written = f.write_all_at(data, offset).map(|_| data.len());
-        let after = f.metadata().map_or(before + estimate, |m| allocated(&m));
-        self.correct(estimate, after.saturating_sub(before));
+        if counted {
+            let after = f.metadata().map_or(before + estimate, |m| allocated(&m));
+            self.correct(estimate, after.saturating_sub(before));
+        }
         match written {
             Ok(n) => {
                 let mut s = self.stats.lock().expect("stats");
@@ -591,7 +600,10 @@ impl Filesystem for FaultFs {
                     u.overwritten.retain(|(off, _)| *off < size);
                 }
             }
-            if atime.is_some() || mtime.is_some() {
+            // With the writeback cache the kernel keeps a file's times
+            // itself and sends them at every fsync: they are not kept.
+            let cached = self.0.cached.load(Relaxed);
+            if (atime.is_some() || mtime.is_some()) && !cached {
                 let f = File::options()
                     .write(true)
                     .open(&path)
@@ -1204,7 +1216,10 @@ impl Mounted {
     }
 
     pub fn stats(&self) -> DiskStats {
-        self.shared.stats.lock().expect("stats").clone()
+        DiskStats {
+            writeback_cache: self.shared.cached.load(Relaxed),
+            ..self.shared.stats.lock().expect("stats").clone()
+        }
     }
 }
 

@@ -283,6 +283,10 @@ pub struct DiskStats {
     pub fsync_errors: u64,
     /// Operations held (`io_delay`).
     pub delayed: u64,
+    /// Whether the kernel's writeback cache gathered the node's writes
+    /// (cells whose faults leave `write()` alone), or every write came
+    /// through to soak (a full disk, `limits.disk`, faults on writes).
+    pub writeback_cache: bool,
 }
 
 /// What the network fault proxy between the load and the node did.

@@ -934,12 +934,17 @@ fn disk_faults(w: &mut impl Write, d: &crate::model::DiskStats) -> io::Result<()
     }
     writeln!(
         w,
-        "**Disk faults** (soak's fault filesystem under the data directory): {}; the node made {} reads, {} writes ({}) and {} fsyncs through it.\n",
+        "**Disk faults** (soak's fault filesystem under the data directory): {}; the node made {} reads, {} writes ({}) and {} fsyncs through it ({}).\n",
         did.join("; "),
         d.reads,
         d.writes,
         Bytes(d.bytes_written),
-        d.fsyncs
+        d.fsyncs,
+        if d.writeback_cache {
+            "its writes gathered by the kernel's writeback cache"
+        } else {
+            "each write through to soak, as the faults on writes need"
+        }
     )
 }
 
