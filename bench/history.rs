@@ -1,7 +1,7 @@
 //! How well `soak report history` finds changes in nightly histories:
 //! synthetic histories of 20 runs of four kinds (steady; a step of +5% at
 //! one run; a creep of +2% a run from one run on; 3% noise with one outlier
-//! run), 500 of each with the change at a run drawn from 6..14, judged by
+//! run), 500 of each with the change at a run drawn from 7 to 15, judged by
 //! soak's method and by its named peer, comparing each night with the one
 //! before at a 10% threshold (what `soak report compare` does for a pair
 //! of runs). Prints a markdown table for the README.

@@ -260,7 +260,7 @@ pub fn markdown(runs: &[Run], found: &[Found], series: usize) -> String {
     }
     let _ = writeln!(
         out,
-        "Method: steps by E-Divisive means with Welch's t-test as Hunter does (Fleming et al., ICPE 2023; Matteson & James, JASA 2014); creeps by a two-phase regression (Hinkley, Biometrika 1969) and the Mann-Kendall test; each at p < {}.",
+        "Method: steps by E-Divisive means and a t-test as Hunter does (Fleming et al., ICPE 2023; Matteson & James, JASA 2014); creeps by a two-phase regression (Hinkley, Biometrika 1969) and the Mann-Kendall test; each at p < {}.",
         crate::analysis::changes::MAX_P
     );
     out
