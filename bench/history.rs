@@ -1,6 +1,6 @@
 //! How well `soak report history` finds changes in nightly histories:
 //! synthetic histories of 20 runs of four kinds (steady; a step of +5% at
-//! one run; a creep of +2% a run from one run on; 3% noise with one outlier
+//! one run; a creep of +2% a run from one run on; noise of ±10% with one outlier
 //! run), 500 of each with the change at a run drawn from 7 to 15, judged by
 //! soak's method and by its named peer, comparing each night with the one
 //! before at a 10% threshold (what `soak report compare` does for a pair
@@ -62,13 +62,23 @@ fn main() {
                 .min(1);
             judge(&mut peer, change.is_some(), hits, jumps.len());
         }
+        let label = match kind {
+            Kind::Steady => "steady (0.5% noise)",
+            Kind::Step => "step of +5% (1% noise)",
+            Kind::Creep => "creep of +2% a run (1% noise)",
+            Kind::Noise => "noise (±10%, one night +15%)",
+        };
         for (method, t) in [
             ("soak report history", &soak),
             ("night over night, 10%", &peer),
         ] {
+            let (found, missed) = match kind {
+                Kind::Step | Kind::Creep => (t.found.to_string(), t.missed.to_string()),
+                _ => ("-".into(), "-".into()),
+            };
             println!(
-                "| {kind:?} | {method} | {} | {} | {} |",
-                t.found, t.missed, t.false_alarms
+                "| {label} | {method} | {found} | {missed} | {} |",
+                t.false_alarms
             );
         }
     }

@@ -114,7 +114,8 @@ enum ReportCommand {
     /// Nightly runs of a suite in time order, and where each cell's
     /// figures (peak and steady RSS, RSS growth, ops/s, p99, peak disk)
     /// changed: a step at one run, or a creep run after run. Prints
-    /// markdown; exit 1 when a change was for the worse, 0 when none was.
+    /// markdown with a chart per figure; exit 1 when the newest runs hold
+    /// a change for the worse, 0 when they do not.
     History {
         /// Runs' report folders, or folders that hold them (reports/SUITE).
         #[arg(required = true)]
@@ -511,7 +512,7 @@ fn history_command(dirs: &[PathBuf], out: Option<&std::path::Path>) -> i32 {
         }
     };
     let (found, series) = history::find(&runs);
-    let md = history::markdown(&runs, &found, series);
+    let md = history::markdown(&runs, &found, &series);
     print!("{md}");
     if let Some(out) = out {
         if let Err(e) = std::fs::write(out, &md) {
@@ -519,7 +520,7 @@ fn history_command(dirs: &[PathBuf], out: Option<&std::path::Path>) -> i32 {
             return exit::ENVIRONMENT;
         }
     }
-    if found.iter().any(|f| f.worse) {
+    if history::regressed(&found) {
         exit::CHECK_FAILED
     } else {
         exit::PASS

@@ -106,10 +106,43 @@ fn every_chart_of_a_real_report_renders_in_mermaid() {
         );
         charts.extend(found);
     }
-    assert!(charts.iter().any(|c| c.contains("title \"RSS of default")));
-    assert!(charts
-        .iter()
-        .any(|c| c.contains("title \"Memory of default")));
+    // And the charts of a history made of this run: eight nightlies.
+    let nights = tempfile::tempdir().unwrap();
+    for i in 0..8 {
+        let mut s = run.summary().clone();
+        s.run_id = format!("night{i}");
+        s.started_at = format!("2026-11-0{}T02:00:00+00:00", i + 1);
+        s.cells[0].memory.peak_rss_bytes += i * 1048576;
+        let d = nights.path().join(&s.run_id);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("summary.json"), serde_json::to_string(&s).unwrap()).unwrap();
+    }
+    let history = std::process::Command::new(env!("CARGO_BIN_EXE_soak"))
+        .args(["report", "history"])
+        .arg(nights.path())
+        .output()
+        .unwrap();
+    let found = charts_in(&String::from_utf8_lossy(&history.stdout));
+    assert!(
+        found.len() >= 3,
+        "{}",
+        String::from_utf8_lossy(&history.stdout)
+    );
+    charts.extend(found);
+    for title in [
+        "title \"RSS of default",
+        "title \"Memory of default",
+        "title \"Data directory of default",
+        "title \"Operations per second of default",
+        "title \"p99 latency of default",
+        "title \"soak's RSS while default ran",
+        "title \"soak's CPU while default ran",
+        "title \"peak RSS (MiB)",
+    ] {
+        assert!(charts.iter().any(|c| c.contains(title)), "no chart {title}");
+    }
+    // The smoke suite's kill and restart are marked.
+    assert!(charts.iter().any(|c| c.contains("    bar [")));
     let verdicts = render(&charts);
     assert_eq!(verdicts.len(), charts.len());
     for (chart, verdict) in charts.iter().zip(&verdicts) {

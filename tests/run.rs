@@ -1281,6 +1281,26 @@ fn report_history_finds_a_step_and_a_creep_at_their_run_and_stays_quiet_on_noise
         .unwrap();
     assert!((10..=12).contains(&from), "{p99}");
     assert_eq!(md.matches("| ` default ` |").count(), 2, "{md}");
+    assert!(
+        md.contains("2 for the worse, 2 of them still so in the newest runs"),
+        "{md}"
+    );
+    assert!(md.contains("```mermaid"), "{md}");
+    // A regression undone: peak RSS up 10% at run 8, back at run 15. Both
+    // steps are named; the newest runs hold no regression: exit 0.
+    let undone: Vec<f64> = steady
+        .iter()
+        .enumerate()
+        .map(|(i, v)| if (7..14).contains(&i) { v * 1.1 } else { *v })
+        .collect();
+    write("undone", &undone, &steady);
+    let out = history(&nights.path().join("undone"));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{md}");
+    assert!(
+        md.contains("**2 changes**") && md.contains("1 for the worse, 0 of them still so"),
+        "{md}"
+    );
     let out = history(&nights.path().join("noisy"));
     let md = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{md}");

@@ -93,7 +93,51 @@ fn segment(x: &[f64], offset: usize, out: &mut Vec<Change>) {
         });
         segment(a, offset, out);
         segment(b, offset + tau, out);
+        return;
     }
+    // One split cannot see a change that was undone (up at one run, back
+    // down at a later one): the stretch between, against the runs around
+    // it, as E-Divisive's end point looks for it.
+    if let Some((from, to, p)) = best_stretch(x) {
+        let inside = &x[from..to];
+        out.push(Change::Step {
+            at: offset + from,
+            before: mean(&x[..from]),
+            after: mean(inside),
+            p,
+        });
+        out.push(Change::Step {
+            at: offset + to,
+            before: mean(inside),
+            after: mean(&x[to..]),
+            p,
+        });
+        segment(&x[..from], offset, out);
+        segment(inside, offset + from, out);
+        segment(&x[to..], offset + to, out);
+    }
+}
+
+/// The stretch `from..to` of at least [`MIN_SIDE`] runs, with as many
+/// around it, that differs most from the runs around it, if it does
+/// significantly (corrected for the stretches tried).
+fn best_stretch(x: &[f64]) -> Option<(usize, usize, f64)> {
+    let n = x.len();
+    let mut best: Option<(usize, usize, f64)> = None;
+    let mut tried = 0.0;
+    for from in MIN_SIDE..n.saturating_sub(2 * MIN_SIDE) + 1 {
+        for to in from + MIN_SIDE..n + 1 - MIN_SIDE {
+            tried += 1.0;
+            let around: Vec<f64> = x[..from].iter().chain(&x[to..]).copied().collect();
+            let p = t_test_p(&x[from..to], &around);
+            if best.is_none_or(|b| p < b.2) {
+                best = Some((from, to, p));
+            }
+        }
+    }
+    let (from, to, p) = best?;
+    let p = (p * tried).min(1.0);
+    (p < MAX_P).then_some((from, to, p))
 }
 
 fn shifted(c: Change, offset: usize) -> Change {
@@ -330,7 +374,7 @@ pub mod synthetic {
         Step,
         /// +2% a run from run `at` on, 1% noise.
         Creep,
-        /// 3% noise and one outlier run 15% high.
+        /// Noise of ±10% (uniform) and one outlier run 15% high.
         Noise,
     }
 
@@ -339,8 +383,8 @@ pub mod synthetic {
     /// The history, and the run (0-based) a change begins at, if any.
     pub fn history(kind: Kind, runs: usize, at: usize, seed: u64) -> (Vec<f64>, Option<usize>) {
         let mut rng = StdRng::seed_from_u64(seed);
-        let mut normal = || {
-            // Box-Muller.
+        // Box-Muller.
+        let normal = |rng: &mut StdRng| {
             let (u, v): (f64, f64) = (rng.random_range(f64::EPSILON..1.0), rng.random());
             (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
         };
@@ -350,9 +394,14 @@ pub mod synthetic {
                     Kind::Steady => (100.0, 0.005),
                     Kind::Step => (if i >= at { 105.0 } else { 100.0 }, 0.01),
                     Kind::Creep => (100.0 * 1.02f64.powi(i.saturating_sub(at - 1) as i32), 0.01),
-                    Kind::Noise => (100.0, 0.03),
+                    Kind::Noise => (100.0, 0.0),
                 };
-                level * (1.0 + noise * normal())
+                let uniform = if kind == Kind::Noise {
+                    rng.random_range(-0.10..0.10)
+                } else {
+                    0.0
+                };
+                level * (1.0 + noise * normal(&mut rng) + uniform)
             })
             .collect();
         if kind == Kind::Noise {
@@ -408,6 +457,15 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_change_undone_is_two_steps() {
+        let x: Vec<f64> = (0..20)
+            .map(|i| if (7..14).contains(&i) { 110.0 } else { 100.0 } + (i % 3) as f64 * 0.3)
+            .collect();
+        let at: Vec<usize> = changes(&x).iter().map(Change::at).collect();
+        assert_eq!(at, [7, 14]);
     }
 
     #[test]

@@ -617,13 +617,13 @@ pub(crate) fn chart_rss(
 /// Text inside a chart's quoted title: mermaid's xychart has no escape
 /// for a double quote (a cell id may hold one), and a line break ends the
 /// statement.
-fn chart_text(s: &str) -> String {
+pub(crate) fn chart_text(s: &str) -> String {
     s.replace('"', "'").replace(['\n', '\r'], " ")
 }
 
 /// Colours of the lines in [`chart_parts`], in order, with their names for
 /// the legend (mermaid's xychart draws none).
-const PALETTE: &[(&str, &str)] = &[
+pub(crate) const PALETTE: &[(&str, &str)] = &[
     ("#1f77b4", "blue"),
     ("#ff7f0e", "orange"),
     ("#2ca02c", "green"),
