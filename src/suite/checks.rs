@@ -423,6 +423,82 @@ impl Checks {
         .collect()
     }
 
+    /// What is wrong with the checks of a phase or a window: a phase the
+    /// suite does not have, both at once, a percentile a window does not
+    /// keep.
+    fn scope_problems(&self, s: &Suite) -> Vec<(String, String)> {
+        let mut out = vec![];
+        for (i, l) in self.latency.iter().enumerate() {
+            let at = |f: &str| at("latency", self.latency.len(), i, f);
+            if !(l.percentile > 0.0 && l.percentile < 100.0) {
+                out.push((
+                    at("percentile"),
+                    "the percentile is between 0 and 100 (exclusive), e.g. 99 or 99.9".into(),
+                ));
+            } else if (l.phase.is_some() || l.window.is_some())
+                && !KEPT_PERCENTILES.contains(&l.percentile)
+            {
+                out.push((
+                    at("percentile"),
+                    format!("a phase's or a window's latency is kept at the 50th, 90th, 99th and 99.9th percentiles, not the {}th: use one of those", l.percentile),
+                ));
+            }
+        }
+        let scopes =
+            self.latency
+                .iter()
+                .map(|c| (c.phase, c.window))
+                .enumerate()
+                .map(|(i, s)| ("latency", self.latency.len(), i, s))
+                .chain(
+                    self.throughput.iter().enumerate().map(|(i, c)| {
+                        ("throughput", self.throughput.len(), i, (c.phase, c.window))
+                    }),
+                )
+                .chain(self.memory_growth.iter().enumerate().map(|(i, c)| {
+                    (
+                        "memory_growth",
+                        self.memory_growth.len(),
+                        i,
+                        (c.phase, c.window),
+                    )
+                }))
+                .chain(self.peak_memory.iter().enumerate().map(|(i, c)| {
+                    (
+                        "peak_memory",
+                        self.peak_memory.len(),
+                        i,
+                        (c.phase, c.window),
+                    )
+                }));
+        for (name, n, i, (phase, window)) in scopes {
+            if phase.is_some() && window.is_some() {
+                out.push((
+                    at(name, n, i, "window"),
+                    "give `phase` or `window`, not both".into(),
+                ));
+            }
+            if let Some(p) = phase {
+                if p == 0 || p as usize > s.phases.len() {
+                    out.push((
+                        at(name, n, i, "phase"),
+                        format!(
+                            "`phase: {p}`: the suite has {} phases; count them from 1 as listed under `phases` (a `repeat` is one)",
+                            s.phases.len()
+                        ),
+                    ));
+                }
+            }
+            if window.is_some_and(|w| w.0.is_zero()) {
+                out.push((
+                    at(name, n, i, "window"),
+                    "a window has a length, e.g. 1m".into(),
+                ));
+            }
+        }
+        out
+    }
+
     /// Checks that cannot be measured by this suite.
     pub fn problems(&self, s: &Suite) -> Vec<(String, String)> {
         let mut out = vec![];
@@ -502,74 +578,7 @@ impl Checks {
                 ));
             }
         }
-        for (i, l) in self.latency.iter().enumerate() {
-            let at = |f: &str| at("latency", self.latency.len(), i, f);
-            if !(l.percentile > 0.0 && l.percentile < 100.0) {
-                out.push((
-                    at("percentile"),
-                    "the percentile is between 0 and 100 (exclusive), e.g. 99 or 99.9".into(),
-                ));
-            } else if (l.phase.is_some() || l.window.is_some())
-                && !KEPT_PERCENTILES.contains(&l.percentile)
-            {
-                out.push((
-                    at("percentile"),
-                    format!("a phase's or a window's latency is kept at the 50th, 90th, 99th and 99.9th percentiles, not the {}th: use one of those", l.percentile),
-                ));
-            }
-        }
-        let scopes =
-            self.latency
-                .iter()
-                .map(|c| (c.phase, c.window))
-                .enumerate()
-                .map(|(i, s)| ("latency", self.latency.len(), i, s))
-                .chain(
-                    self.throughput.iter().enumerate().map(|(i, c)| {
-                        ("throughput", self.throughput.len(), i, (c.phase, c.window))
-                    }),
-                )
-                .chain(self.memory_growth.iter().enumerate().map(|(i, c)| {
-                    (
-                        "memory_growth",
-                        self.memory_growth.len(),
-                        i,
-                        (c.phase, c.window),
-                    )
-                }))
-                .chain(self.peak_memory.iter().enumerate().map(|(i, c)| {
-                    (
-                        "peak_memory",
-                        self.peak_memory.len(),
-                        i,
-                        (c.phase, c.window),
-                    )
-                }));
-        for (name, n, i, (phase, window)) in scopes {
-            if phase.is_some() && window.is_some() {
-                out.push((
-                    at(name, n, i, "window"),
-                    "give `phase` or `window`, not both".into(),
-                ));
-            }
-            if let Some(p) = phase {
-                if p == 0 || p as usize > s.phases.len() {
-                    out.push((
-                        at(name, n, i, "phase"),
-                        format!(
-                            "`phase: {p}`: the suite has {} phases; count them from 1 as listed under `phases` (a `repeat` is one)",
-                            s.phases.len()
-                        ),
-                    ));
-                }
-            }
-            if window.is_some_and(|w| w.0.is_zero()) {
-                out.push((
-                    at(name, n, i, "window"),
-                    "a window has a length, e.g. 1m".into(),
-                ));
-            }
-        }
+        out.extend(self.scope_problems(s));
         for p in &self.peak_memory {
             if matches!(p.max, Bound::OfLimit(_)) && s.limits.memory.is_none() {
                 out.push((
