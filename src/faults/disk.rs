@@ -529,6 +529,12 @@ impl Filesystem for FaultFs {
                 .is_ok()
         {
             self.0.cached.store(true, Relaxed);
+            // The kernel then keeps files' times itself and sends them to
+            // soak before each fsync that follows a change: at a whole
+            // second's granularity they change once a second, not at
+            // every write (an fsync per write would otherwise cost a
+            // third round trip).
+            let _ = config.set_time_granularity(Duration::from_secs(1));
         }
         Ok(())
     }
