@@ -904,6 +904,10 @@ fn harness_cost(samples: &[Sample], interval: Duration) -> Option<crate::model::
         cpu_share: (last.soak_cpu_s - first.soak_cpu_s) / span,
         sampler_cpu_share: (last.sampler_cpu_s - first.sampler_cpu_s) / span,
         interval_s: interval.as_secs_f64(),
+        // A thread that ended before the last sample took its count
+        // along: never below 0.
+        load_cpu_share: ((last.load_cpu_s - first.load_cpu_s) / span).max(0.0),
+        faultfs_cpu_share: ((last.faultfs_cpu_s - first.faultfs_cpu_s) / span).max(0.0),
     })
 }
 

@@ -442,6 +442,18 @@ fn a_windowed_check_fails_on_the_window_of_a_stall_that_the_whole_run_hides() {
         report.contains("latency (p99) in every 1s window"),
         "{report}"
     );
+    // soak's own cost: its load thread's share is part of its whole.
+    let h = cell.harness.as_ref().expect("soak's own cost");
+    assert!(h.load_cpu_share > 0.0, "{h:?}");
+    assert!(
+        h.cpu_share >= h.load_cpu_share + h.sampler_cpu_share,
+        "{h:?}"
+    );
+    assert!(
+        h.rss_peak_bytes >= h.rss_first_bytes && h.rss_first_bytes > 0,
+        "{h:?}"
+    );
+    assert!(report.contains("**soak's own cost:**"), "{report}");
 }
 
 #[test]

@@ -228,6 +228,10 @@ pub struct HarnessCost {
     /// The sampler's part of it, at `interval_s` between samples.
     pub sampler_cpu_share: f64,
     pub interval_s: f64,
+    /// The load's part (its thread), and the fault filesystem's (its
+    /// threads), where the cell had them.
+    pub load_cpu_share: f64,
+    pub faultfs_cpu_share: f64,
 }
 
 /// A fault lifted, and the node's way back.

@@ -784,12 +784,25 @@ fn chart_lines(
 
 /// What soak itself cost, in one line.
 fn harness_line(w: &mut impl Write, h: &crate::model::HarnessCost) -> io::Result<()> {
+    let mut parts = vec![format!(
+        "the sampler {:.2}% (every {})",
+        h.sampler_cpu_share * 100.0,
+        crate::units::human_duration(std::time::Duration::from_secs_f64(h.interval_s))
+    )];
+    if h.load_cpu_share > 0.0 {
+        parts.push(format!("the load {:.1}%", h.load_cpu_share * 100.0));
+    }
+    if h.faultfs_cpu_share > 0.0 {
+        parts.push(format!(
+            "the fault filesystem {:.1}%",
+            h.faultfs_cpu_share * 100.0
+        ));
+    }
     writeln!(
         w,
-        "**soak's own cost:** {:.1}% of a core over the cell, of which the sampler {:.2}% (every {}); soak's RSS {} at the start, {} at the end, {} at most.\n",
+        "**soak's own cost:** {:.1}% of a core over the cell, of which {}; soak's RSS {} at the start, {} at the end, {} at most.\n",
         h.cpu_share * 100.0,
-        h.sampler_cpu_share * 100.0,
-        crate::units::human_duration(std::time::Duration::from_secs_f64(h.interval_s)),
+        parts.join(", "),
         Bytes(h.rss_first_bytes),
         Bytes(h.rss_last_bytes),
         Bytes(h.rss_peak_bytes)

@@ -54,17 +54,21 @@ pub struct Sample {
     pub soak_rss: u64,
     pub soak_cpu_s: f64,
     pub sampler_cpu_s: f64,
+    /// The CPU seconds of soak's load thread and of its fault
+    /// filesystem's threads (those alive now).
+    pub load_cpu_s: f64,
+    pub faultfs_cpu_s: f64,
 }
 
 /// The header of `samples.csv`; columns are only ever added at the end.
-pub const SAMPLES_HEADER: &str = "t_s,segment,up,rss_bytes,pss_bytes,anon_bytes,cgroup_bytes,cgroup_anon_bytes,cgroup_file_bytes,disk_bytes,cgroup_kernel_bytes,cgroup_shmem_bytes,cgroup_sock_bytes,memory_pressure_some_avg10,memory_pressure_full_avg10,memory_events_high,memory_events_max,soak_rss_bytes,soak_cpu_s,sampler_cpu_s";
+pub const SAMPLES_HEADER: &str = "t_s,segment,up,rss_bytes,pss_bytes,anon_bytes,cgroup_bytes,cgroup_anon_bytes,cgroup_file_bytes,disk_bytes,cgroup_kernel_bytes,cgroup_shmem_bytes,cgroup_sock_bytes,memory_pressure_some_avg10,memory_pressure_full_avg10,memory_events_high,memory_events_max,soak_rss_bytes,soak_cpu_s,sampler_cpu_s,load_cpu_s,faultfs_cpu_s";
 
 impl Sample {
     /// One line of `samples.csv` (a figure that could not be read is empty).
     pub fn csv_line(&self) -> String {
         let opt = |v: Option<f64>| v.map(|v| format!("{v:.2}")).unwrap_or_default();
         format!(
-            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3}",
+            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{:.2},{:.2}",
             self.t,
             self.segment,
             u8::from(self.up),
@@ -85,6 +89,8 @@ impl Sample {
             self.soak_rss,
             self.soak_cpu_s,
             self.sampler_cpu_s,
+            self.load_cpu_s,
+            self.faultfs_cpu_s,
         )
     }
 }
@@ -101,6 +107,42 @@ fn cpu_seconds(clock: libc::clockid_t) -> f64 {
         return 0.0;
     }
     ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// CPU seconds of soak's threads by name: its load thread (`soak-load`)
+/// and its fault filesystem's (`fuser-*`), from /proc/self/task.
+fn threads_cpu() -> (f64, f64) {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let (mut load, mut fs) = (0.0, 0.0);
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return (0.0, 0.0);
+    };
+    for t in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            continue;
+        };
+        // `tid (comm) state ...`: the name may hold spaces, not `)`.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = &stat[open + 1..close];
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        // utime and stime are the 14th and 15th fields of the line.
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let cpu = (ticks(11) + ticks(12)) / hz;
+        if name == "soak-load" {
+            load += cpu;
+        } else if name.starts_with("fuser") {
+            fs += cpu;
+        }
+    }
+    (load, fs)
 }
 
 /// soak's own resident memory, from /proc/self/statm.
@@ -311,6 +353,7 @@ impl Sampler {
                             let before = cpu_seconds(libc::CLOCK_THREAD_CPUTIME_ID);
                             let mut s = target.sample(t);
                             s.soak_rss = own_rss();
+                            (s.load_cpu_s, s.faultfs_cpu_s) = threads_cpu();
                             (s, cpu_seconds(libc::CLOCK_THREAD_CPUTIME_ID) - before)
                         })
                         .await;
