@@ -426,6 +426,13 @@ fn a_windowed_check_fails_on_the_window_of_a_stall_that_the_whole_run_hides() {
     );
     let p1 = check("latency (p99) in phase 1");
     assert_eq!(p1.verdict, Verdict::Pass, "{p1:?}");
+    // The phase named by its words: the replies the stall held came in it.
+    let p3 = check("latency (p99) in phase `run 2s`");
+    assert_eq!(p3.verdict, Verdict::Fail, "{p3:?}");
+    assert!(
+        p3.detail.as_deref().unwrap().contains("phase 3 (`run 2s`)"),
+        "{p3:?}"
+    );
     let t1 = check("throughput in phase 1");
     assert_eq!(t1.verdict, Verdict::Pass, "{t1:?}");
     assert!(

@@ -10,7 +10,7 @@ use crate::model::{
     CheckResult, ExecResult, Integrity, LoadSummary, MemorySummary, PhaseRecord, Restart,
     SeriesAnalysis, Verdict, WindowLoad,
 };
-use crate::suite::checks::scope_text;
+use crate::suite::checks::{scope_text, PhaseRef};
 use crate::suite::checks::{
     DiskCheck, GrowthCheck, GrowthFrom, LatencyCheck, PeakCheck, RestartTimeCheck, Series,
     ThroughputCheck,
@@ -78,13 +78,13 @@ pub fn evaluate(c: &Checks, m: &Measured) -> Vec<CheckResult> {
     .flatten()
     .collect();
     for g in &c.memory_growth {
-        out.push(match spans(g.phase, g.window, m) {
+        out.push(match spans(g.phase.as_ref(), g.window, m) {
             None => growth(g, m.memory),
             Some(spans) => scoped_growth(g, &spans, m),
         });
     }
     for p in &c.peak_memory {
-        out.extend(match spans(p.phase, p.window, m) {
+        out.extend(match spans(p.phase.as_ref(), p.window, m) {
             None => peak(p, m.memory, m.memory_limit),
             Some(spans) => scoped_peak(p, &spans, m),
         });
@@ -96,13 +96,13 @@ pub fn evaluate(c: &Checks, m: &Measured) -> Vec<CheckResult> {
     );
     out.extend(c.disk.as_ref().and_then(|d| disk_growth(d, m.phases)));
     for t in &c.throughput {
-        out.extend(match load_spans(t.phase, t.window, m) {
+        out.extend(match load_spans(t.phase.as_ref(), t.window, m) {
             None => m.ops_per_s.map(|r| throughput(t, r)),
             Some(spans) => Some(scoped_throughput(t, &spans)),
         });
     }
     for l in &c.latency {
-        out.extend(match load_spans(l.phase, l.window, m) {
+        out.extend(match load_spans(l.phase.as_ref(), l.window, m) {
             None => m.latency_us.map(|h| latency(l, h)),
             Some(spans) => Some(scoped_latency(l, &spans)),
         });
@@ -128,7 +128,7 @@ struct Span<'a> {
 /// run), from the phases and samples. A window here is cut from the
 /// cell's start to its last sample.
 fn spans<'a>(
-    phase: Option<u32>,
+    phase: Option<&PhaseRef>,
     window: Option<crate::suite::values::Dur>,
     m: &'a Measured,
 ) -> Option<Vec<Span<'a>>> {
@@ -136,12 +136,12 @@ fn spans<'a>(
         return Some(
             m.phases
                 .iter()
-                .filter(|r| r.place == Some(p))
+                .filter(|r| p.is(r.place, &r.phase))
                 .map(|r| Span {
                     start_s: r.start_s,
                     end_s: r.end_s,
                     load: r.load.as_ref(),
-                    text: format!("phase {p} (`{}`)", r.phase),
+                    text: format!("phase {} (`{}`)", r.place.unwrap_or(0), r.phase),
                 })
                 .collect(),
         );
@@ -168,7 +168,7 @@ fn spans<'a>(
 /// The spans of a load check: a phase's load, or the load's own windows
 /// (kept by the load as it ran, with exact percentiles).
 fn load_spans<'a>(
-    phase: Option<u32>,
+    phase: Option<&PhaseRef>,
     window: Option<crate::suite::values::Dur>,
     m: &'a Measured,
 ) -> Option<Vec<Span<'a>>> {
@@ -261,7 +261,7 @@ fn scoped_latency(t: &LatencyCheck, spans: &[Span]) -> CheckResult {
         format!(
             "latency (p{}){}",
             t.percentile,
-            scope_text(t.phase, t.window)
+            scope_text(t.phase.as_ref(), t.window)
         ),
         spans,
         &values,
@@ -278,7 +278,7 @@ fn scoped_latency(t: &LatencyCheck, spans: &[Span]) -> CheckResult {
 fn scoped_throughput(t: &ThroughputCheck, spans: &[Span]) -> CheckResult {
     let values: Vec<Option<f64>> = spans.iter().map(|s| s.load.map(|l| l.ops_per_s)).collect();
     worst_of(
-        format!("throughput{}", scope_text(t.phase, t.window)),
+        format!("throughput{}", scope_text(t.phase.as_ref(), t.window)),
         spans,
         &values,
         Judge {
@@ -331,7 +331,7 @@ fn scoped_growth(g: &GrowthCheck, spans: &[Span], m: &Measured) -> CheckResult {
         format!(
             "memory_growth ({}){}",
             series_name(g.series),
-            scope_text(g.phase, g.window)
+            scope_text(g.phase.as_ref(), g.window)
         ),
         spans,
         &values,
@@ -363,7 +363,7 @@ fn scoped_peak(p: &PeakCheck, spans: &[Span], m: &Measured) -> Option<CheckResul
         format!(
             "peak_memory ({}){}",
             series_name(p.series),
-            scope_text(p.phase, p.window)
+            scope_text(p.phase.as_ref(), p.window)
         ),
         spans,
         &values,

@@ -150,9 +150,10 @@ pub struct GrowthCheck {
     #[serde(default = "default_warmup", skip_serializing)]
     pub warmup: Dur,
     /// Judged on one phase only: its place in the suite's `phases` list,
-    /// counting from 1 (a `repeat` counts as one, all its rounds).
+    /// counting from 1 (a `repeat` counts as one, all its rounds), or its
+    /// words as the report names it (`pause 400ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<u32>,
+    pub phase: Option<PhaseRef>,
     /// Judged on every window of this length from the cell's start, e.g.
     /// `5m`: each must pass (a last window shorter than half the length is
     /// left out).
@@ -175,9 +176,10 @@ pub struct PeakCheck {
     #[serde(default)]
     pub series: Series,
     /// Judged on one phase only: its place in the suite's `phases` list,
-    /// counting from 1 (a `repeat` counts as one, all its rounds).
+    /// counting from 1 (a `repeat` counts as one, all its rounds), or its
+    /// words as the report names it (`pause 400ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<u32>,
+    pub phase: Option<PhaseRef>,
     /// Judged on every window of this length from the cell's start, e.g.
     /// `5m`: each must pass (a last window shorter than half the length is
     /// left out).
@@ -225,9 +227,10 @@ pub enum GrowthFrom {
 pub struct ThroughputCheck {
     pub min: Rate,
     /// Judged on one phase only: its place in the suite's `phases` list,
-    /// counting from 1 (a `repeat` counts as one, all its rounds).
+    /// counting from 1 (a `repeat` counts as one, all its rounds), or its
+    /// words as the report names it (`pause 400ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<u32>,
+    pub phase: Option<PhaseRef>,
     /// Judged on every window of this length from the cell's start, e.g.
     /// `5m`: each must pass (a last window shorter than half the length is
     /// left out).
@@ -245,9 +248,10 @@ pub struct LatencyCheck {
     pub percentile: f64,
     pub max: Dur,
     /// Judged on one phase only: its place in the suite's `phases` list,
-    /// counting from 1 (a `repeat` counts as one, all its rounds).
+    /// counting from 1 (a `repeat` counts as one, all its rounds), or its
+    /// words as the report names it (`pause 400ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<u32>,
+    pub phase: Option<PhaseRef>,
     /// Judged on every window of this length from the cell's start, e.g.
     /// `5m`: each must pass (a last window shorter than half the length is
     /// left out).
@@ -332,9 +336,37 @@ where
     d.deserialize_any(V(std::marker::PhantomData))
 }
 
+/// A phase a check looks at: its place in `phases`, from 1, or its words
+/// as the report's phases table names it (`run 10m`, `pause 400ms`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum PhaseRef {
+    Place(u32),
+    Name(String),
+}
+
+impl PhaseRef {
+    /// Whether the record of a phase of the suite's own list is this one.
+    pub fn is(&self, place: Option<u32>, words: &str) -> bool {
+        match self {
+            PhaseRef::Place(n) => place == Some(*n),
+            PhaseRef::Name(name) => place.is_some() && words == name,
+        }
+    }
+}
+
+impl fmt::Display for PhaseRef {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            PhaseRef::Place(n) => write!(f, "{n}"),
+            PhaseRef::Name(name) => write!(f, "`{name}`"),
+        }
+    }
+}
+
 /// Where a scoped check looks, as its result's name says it:
 /// ` in phase 3`, ` in every 1m window`.
-pub fn scope_text(phase: Option<u32>, window: Option<Dur>) -> String {
+pub fn scope_text(phase: Option<&PhaseRef>, window: Option<Dur>) -> String {
     match (phase, window) {
         (Some(p), _) => format!(" in phase {p}"),
         (None, Some(w)) => format!(" in every {} window", crate::units::human_duration(w.0)),
@@ -444,33 +476,36 @@ impl Checks {
                 ));
             }
         }
-        let scopes =
-            self.latency
-                .iter()
-                .map(|c| (c.phase, c.window))
-                .enumerate()
-                .map(|(i, s)| ("latency", self.latency.len(), i, s))
-                .chain(
-                    self.throughput.iter().enumerate().map(|(i, c)| {
-                        ("throughput", self.throughput.len(), i, (c.phase, c.window))
-                    }),
+        let scopes = self
+            .latency
+            .iter()
+            .map(|c| (c.phase.as_ref(), c.window))
+            .enumerate()
+            .map(|(i, s)| ("latency", self.latency.len(), i, s))
+            .chain(self.throughput.iter().enumerate().map(|(i, c)| {
+                (
+                    "throughput",
+                    self.throughput.len(),
+                    i,
+                    (c.phase.as_ref(), c.window),
                 )
-                .chain(self.memory_growth.iter().enumerate().map(|(i, c)| {
-                    (
-                        "memory_growth",
-                        self.memory_growth.len(),
-                        i,
-                        (c.phase, c.window),
-                    )
-                }))
-                .chain(self.peak_memory.iter().enumerate().map(|(i, c)| {
-                    (
-                        "peak_memory",
-                        self.peak_memory.len(),
-                        i,
-                        (c.phase, c.window),
-                    )
-                }));
+            }))
+            .chain(self.memory_growth.iter().enumerate().map(|(i, c)| {
+                (
+                    "memory_growth",
+                    self.memory_growth.len(),
+                    i,
+                    (c.phase.as_ref(), c.window),
+                )
+            }))
+            .chain(self.peak_memory.iter().enumerate().map(|(i, c)| {
+                (
+                    "peak_memory",
+                    self.peak_memory.len(),
+                    i,
+                    (c.phase.as_ref(), c.window),
+                )
+            }));
         for (name, n, i, (phase, window)) in scopes {
             if phase.is_some() && window.is_some() {
                 out.push((
@@ -478,8 +513,8 @@ impl Checks {
                     "give `phase` or `window`, not both".into(),
                 ));
             }
-            if let Some(p) = phase {
-                if p == 0 || p as usize > s.phases.len() {
+            match phase {
+                Some(PhaseRef::Place(p)) if *p == 0 || *p as usize > s.phases.len() => {
                     out.push((
                         at(name, n, i, "phase"),
                         format!(
@@ -488,6 +523,21 @@ impl Checks {
                         ),
                     ));
                 }
+                Some(PhaseRef::Name(words)) => {
+                    let names: Vec<String> = s.phases.iter().map(|p| p.to_string()).collect();
+                    let same = names.iter().filter(|n| *n == words).count();
+                    if same != 1 {
+                        out.push((
+                            at(name, n, i, "phase"),
+                            format!(
+                                "`phase: {words}`: {} name a phase by its words as the report does ({}), or by its place from 1",
+                                if same == 0 { "no phase of the suite is called that;" } else { "more than one phase is called that;" },
+                                names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+                            ),
+                        ));
+                    }
+                }
+                _ => {}
             }
             if window.is_some_and(|w| w.0.is_zero()) {
                 out.push((
