@@ -871,16 +871,8 @@ impl Conn {
         let mut guard = self.shared.lock().expect("stats lock");
         let sh = &mut *guard;
         for t in [&mut sh.total, &mut sh.interval] {
-            t.sets_ok += local.sets_ok;
-            t.gets_ok += local.gets_ok;
-            t.dels_ok += local.dels_ok;
-            t.mgets_ok += local.mgets_ok;
-            t.errors += local.errors;
-            t.unavailable += local.unavailable;
-            t.corrupted_reads += local.corrupted_reads;
-            t.lost_reads += local.lost_reads;
-            t.resurrected_reads += local.resurrected_reads;
-            t.in_doubt_reads += local.in_doubt_reads;
+            // A connection's own counts (its latencies are in `lat`).
+            t.add(local);
             for us in lat.iter() {
                 let _ = t.latency_us.record(*us);
             }
