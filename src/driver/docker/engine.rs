@@ -69,24 +69,31 @@ pub async fn connect(option: Option<&str>) -> Result<Engine, EngineError> {
         let docker = Docker::connect_with_host(&host).map_err(|e| error(&host, &e))?;
         (docker, None)
     };
-    // What ssh said is the reason a connection over it failed.
-    let error = |host: &str, e: &dyn std::error::Error| {
-        let mut err = error(host, e);
-        if let Some(said) = ssh.as_ref().and_then(super::ssh::Connector::said) {
-            err.reason = format!("ssh said: {said}; {}", err.reason);
-        }
-        err
-    };
     let work = async {
         let docker = docker.negotiate_version().await?;
         let info = docker.info().await?;
         let version = docker.version().await?;
         Ok::<_, bollard::errors::Error>((docker, info, version))
     };
-    let (docker, info, version) = tokio::time::timeout(std::time::Duration::from_secs(10), work)
-        .await
-        .map_err(|e| error(&host, &e))?
-        .map_err(|e| error(&host, &e))?;
+    let done = tokio::time::timeout(std::time::Duration::from_secs(10), work).await;
+    let failed = match done {
+        Ok(Ok(done)) => Ok(done),
+        Ok(Err(e)) => Err(error(&host, &e)),
+        Err(e) => Err(error(&host, &e)),
+    };
+    let (docker, info, version) = match failed {
+        Ok(done) => done,
+        // What ssh said is the reason a connection over it failed.
+        Err(mut err) => {
+            if let Some(said) = match &ssh {
+                Some(ssh) => ssh.said().await,
+                None => None,
+            } {
+                err.reason = format!("ssh said: {said}; {}", err.reason);
+            }
+            return Err(err);
+        }
+    };
     let api = docker.client_version();
     let local = host.starts_with("unix://");
     Ok(Engine {

@@ -109,6 +109,9 @@ impl Target {
 pub struct Connector {
     target: Arc<Target>,
     said: Arc<Mutex<String>>,
+    /// The task reading the last ssh's stderr: a failed connection's
+    /// reason is whole only once it has read to the end.
+    reader: Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
 impl Connector {
@@ -116,12 +119,19 @@ impl Connector {
         Connector {
             target: Arc::new(target),
             said: Arc::default(),
+            reader: Arc::default(),
         }
     }
 
     /// What ssh said last on its stderr (why a connection closed), if
-    /// anything.
-    pub fn said(&self) -> Option<String> {
+    /// anything. Waits (a few seconds at most) for that ssh to close its
+    /// stderr: hyper sees the connection close as ssh exits, before the
+    /// words ssh wrote on the way out have been read.
+    pub async fn said(&self) -> Option<String> {
+        let reader = self.reader.lock().ok()?.take();
+        if let Some(reader) = reader {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(3), reader).await;
+        }
         let said = self.said.lock().ok()?.trim().to_string();
         (!said.is_empty()).then_some(said)
     }
@@ -159,7 +169,7 @@ impl Connector {
             return Err(io::Error::other("ssh without its pipes"));
         };
         let said = self.said.clone();
-        tokio::spawn(async move {
+        let reader = tokio::spawn(async move {
             let mut text = String::new();
             let mut buf = [0u8; 1024];
             while let Ok(n) = stderr.read(&mut buf).await {
@@ -172,6 +182,9 @@ impl Connector {
                 }
             }
         });
+        if let Ok(mut last) = self.reader.lock() {
+            *last = Some(reader);
+        }
         Ok(Stream {
             _child: child,
             stdin: TokioIo::new(stdin),
