@@ -712,6 +712,7 @@ fn durable_nodes_killed_twenty_times_lose_nothing_and_no_restart_is_blamed() {
     require_tool("redis-server", "redis-server");
     for suite_file in [
         "tests/suites/durable-chaos.yaml",
+        "tests/suites/durable-chaos-pipelined.yaml",
         "tests/suites/redis-chaos.yaml",
     ] {
         let run = soak_run(suite_file, &[]);

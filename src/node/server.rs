@@ -158,6 +158,7 @@ async fn connection(mut sock: TcpStream, ctx: Arc<Ctx>) {
     };
     let mut inbuf: Vec<u8> = Vec::with_capacity(16 << 10);
     let mut out: Vec<u8> = Vec::with_capacity(16 << 10);
+    let mut group = Group::default();
     'conn: loop {
         let mut pos = 0;
         let mut flow = Flow::Continue;
@@ -165,18 +166,32 @@ async fn connection(mut sock: TcpStream, ctx: Arc<Ctx>) {
             match resp::parse(&inbuf[pos..]) {
                 Ok(Some((req, used))) => {
                     pos += used;
+                    if let [name, key, value] = req.as_slice() {
+                        if name.eq_ignore_ascii_case(b"SET") {
+                            group.put(key, value);
+                            if group.bytes >= Group::MAX_BYTES {
+                                group.commit(&ctx, &conn, &mut out);
+                            }
+                            continue;
+                        }
+                    }
+                    // What comes after the SETs of a pipeline sees them
+                    // written, and is answered after them.
+                    group.commit(&ctx, &conn, &mut out);
                     if !req.is_empty() {
                         flow = execute(&ctx, &mut conn, &req, &mut out);
                     }
                 }
                 Ok(None) => break,
                 Err(e) => {
+                    group.commit(&ctx, &conn, &mut out);
                     ctx.stats.protocol_errors_total.fetch_add(1, Relaxed);
                     reply::error(&mut out, &format!("ERR Protocol error: {}", e.0));
                     flow = Flow::Close;
                 }
             }
         }
+        group.commit(&ctx, &conn, &mut out);
         inbuf.drain(..pos);
         if !out.is_empty() {
             if sock.write_all(&out).await.is_err() {
@@ -194,6 +209,54 @@ async fn connection(mut sock: TcpStream, ctx: Arc<Ctx>) {
     }
     let _ = sock.shutdown().await;
     ctx.stats.connections.fetch_sub(1, Relaxed);
+}
+
+/// Group commit: the plain SETs (no NX or XX) of one read, a pipeline's,
+/// go to RocksDB as one WriteBatch, with the connection's write options
+/// (fsynced when the WAL is synced), and each is acknowledged only after
+/// the batch is written. A batch is atomic, so every SET acknowledged is
+/// as durable as it was written alone; a failed batch fails each of its
+/// SETs. Anything else in the pipeline commits the SETs before it first,
+/// so replies keep their order and later commands see earlier writes.
+#[derive(Default)]
+struct Group {
+    batch: WriteBatch,
+    sets: usize,
+    bytes: usize,
+    since: Option<Instant>,
+}
+
+impl Group {
+    /// A batch is written when it holds this much, pipeline or not.
+    const MAX_BYTES: usize = 4 << 20;
+
+    fn put(&mut self, key: &[u8], value: &[u8]) {
+        self.since.get_or_insert_with(Instant::now);
+        self.batch.put(key, value);
+        self.sets += 1;
+        self.bytes += key.len() + value.len();
+    }
+
+    fn commit(&mut self, ctx: &Ctx, conn: &Conn, out: &mut Vec<u8>) {
+        if self.sets == 0 {
+            return;
+        }
+        let Group {
+            batch, sets, since, ..
+        } = std::mem::take(self);
+        let written = write(ctx, &ctx.store.db, batch, &conn.write);
+        // Each SET waited from its batch's first until the batch was
+        // written.
+        let elapsed = since.map(|s| s.elapsed()).unwrap_or_default();
+        let index = Stats::command_index(b"SET");
+        for _ in 0..sets {
+            match &written {
+                Ok(()) => reply::simple(out, "OK"),
+                Err(e) => storage_error(out, e.as_ref()),
+            }
+            ctx.stats.record(index, elapsed, written.is_err());
+        }
+    }
 }
 
 fn arity_error(out: &mut Vec<u8>, name: &[u8]) {
