@@ -235,8 +235,8 @@ pub fn trend(segments: &[Vec<(f64, f64)>]) -> Option<Trend> {
 pub fn growth_trend(segments: &[Vec<(f64, f64)>]) -> Option<Trend> {
     let mut pieces = vec![];
     for s in segments {
-        match drops(s) {
-            Some(d) => shape(cycle_means(s, &d), CYCLE_STEP_SHARE, &mut pieces),
+        match cycles(s) {
+            Some(means) => shape(means, CYCLE_STEP_SHARE, &mut pieces),
             None => shape(s.clone(), STEP_SHARE, &mut pieces),
         }
     }
@@ -328,16 +328,23 @@ fn least_squares(y: &[f64], cols: &[Vec<f64>]) -> Option<(Vec<f64>, f64)> {
     Some((beta, rss))
 }
 
+/// The means of a sawtooth's whole cycles (`cycle_means`), when the
+/// series saws.
+fn cycles(pts: &[(f64, f64)]) -> Option<Vec<(f64, f64)>> {
+    let smooth = median5(pts);
+    let at = drops(&smooth)?;
+    Some(cycle_means(pts, &smooth, &at))
+}
+
 /// A GC-like sawtooth's drops: where the series, its single-sample spikes
-/// taken out by a running median of 5, falls within 3 samples by far more
+/// taken out by a running median of 5 (`m`), falls within 3 samples by far more
 /// than its changes' noise (a robust z of `DROP_Z`). `None` for fewer than
 /// `MIN_DROPS`: the series does not saw.
-pub fn drops(pts: &[(f64, f64)]) -> Option<Vec<usize>> {
-    let n = pts.len();
+fn drops(m: &[f64]) -> Option<Vec<usize>> {
+    let n = m.len();
     if n < 40 {
         return None;
     }
-    let m = median5(pts);
     let d: Vec<f64> = (0..n - 3).map(|i| m[i + 3] - m[i]).collect();
     let mut sorted = d.clone();
     sorted.sort_by(|a, b| a.total_cmp(b));
@@ -387,8 +394,7 @@ fn median5(pts: &[(f64, f64)]) -> Vec<f64> {
 /// 2014; M. Jump and K. S. McKinley, "Cork", POPL 2007). Means of whole
 /// cycles rather than their minima: a minimum is one noisy sample, a mean
 /// averages a cycle of them.
-fn cycle_means(pts: &[(f64, f64)], drops: &[usize]) -> Vec<(f64, f64)> {
-    let m = median5(pts);
+fn cycle_means(pts: &[(f64, f64)], m: &[f64], drops: &[usize]) -> Vec<(f64, f64)> {
     drops
         .windows(2)
         .filter(|w| w[1] > w[0])
@@ -599,9 +605,12 @@ mod tests {
             .iter()
             .map(|(t, v)| (*t, v + (t % 90.0) / 3.0))
             .collect();
-        let cycles = cycle_means(&saw, &drops(&saw).expect("it saws"));
         let mut pieces = vec![];
-        shape(cycles, CYCLE_STEP_SHARE, &mut pieces);
+        shape(
+            cycles(&saw).expect("it saws"),
+            CYCLE_STEP_SHARE,
+            &mut pieces,
+        );
         assert_eq!(pieces.len(), 2);
         assert!((pieces[1][0].0 - 700.0).abs() < 120.0, "{pieces:?}");
         let t = growth_trend(std::slice::from_ref(&saw)).unwrap();
