@@ -169,7 +169,7 @@ async fn connection(mut sock: TcpStream, ctx: Arc<Ctx>) {
                     if let [name, key, value] = req.as_slice() {
                         if name.eq_ignore_ascii_case(b"SET") {
                             group.put(key, value);
-                            if group.bytes >= Group::MAX_BYTES {
+                            if group.batch.size_in_bytes() >= Group::MAX_BYTES {
                                 group.commit(&ctx, &conn, &mut out);
                             }
                             continue;
@@ -221,8 +221,7 @@ async fn connection(mut sock: TcpStream, ctx: Arc<Ctx>) {
 #[derive(Default)]
 struct Group {
     batch: WriteBatch,
-    sets: usize,
-    bytes: usize,
+    /// When the batch's first SET arrived.
     since: Option<Instant>,
 }
 
@@ -233,17 +232,14 @@ impl Group {
     fn put(&mut self, key: &[u8], value: &[u8]) {
         self.since.get_or_insert_with(Instant::now);
         self.batch.put(key, value);
-        self.sets += 1;
-        self.bytes += key.len() + value.len();
     }
 
     fn commit(&mut self, ctx: &Ctx, conn: &Conn, out: &mut Vec<u8>) {
-        if self.sets == 0 {
+        if self.batch.is_empty() {
             return;
         }
-        let Group {
-            batch, sets, since, ..
-        } = std::mem::take(self);
+        let Group { batch, since } = std::mem::take(self);
+        let sets = batch.len();
         let written = write(ctx, &ctx.store.db, batch, &conn.write);
         // Each SET waited from its batch's first until the batch was
         // written.

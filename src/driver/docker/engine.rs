@@ -75,28 +75,30 @@ pub async fn connect(option: Option<&str>) -> Result<Engine, EngineError> {
         let version = docker.version().await?;
         Ok::<_, bollard::errors::Error>((docker, info, version))
     };
-    let done = tokio::time::timeout(std::time::Duration::from_secs(10), work).await;
-    let failed = match done {
-        Ok(Ok(done)) => Ok(done),
-        Ok(Err(e)) => Err(error(&host, &e)),
-        Err(e) => Err(error(&host, &e)),
+    let mut err = match tokio::time::timeout(std::time::Duration::from_secs(10), work).await {
+        Ok(Ok((docker, info, version))) => return Ok(engine(docker, host, info, version)),
+        Ok(Err(e)) => error(&host, &e),
+        Err(e) => error(&host, &e),
     };
-    let (docker, info, version) = match failed {
-        Ok(done) => done,
-        // What ssh said is the reason a connection over it failed.
-        Err(mut err) => {
-            if let Some(said) = match &ssh {
-                Some(ssh) => ssh.said().await,
-                None => None,
-            } {
-                err.reason = format!("ssh said: {said}; {}", err.reason);
-            }
-            return Err(err);
+    // What ssh said is the reason a connection over it failed.
+    if let Some(ssh) = &ssh {
+        if let Some(said) = ssh.said().await {
+            err.reason = format!("ssh said: {said}; {}", err.reason);
         }
-    };
+    }
+    Err(err)
+}
+
+/// The engine connected, and what the report names of it.
+fn engine(
+    docker: Docker,
+    host: String,
+    info: bollard::models::SystemInfo,
+    version: bollard::models::SystemVersion,
+) -> Engine {
     let api = docker.client_version();
     let local = host.starts_with("unix://");
-    Ok(Engine {
+    Engine {
         docker,
         info: EngineInfo {
             host: host.clone(),
@@ -110,7 +112,7 @@ pub async fn connect(option: Option<&str>) -> Result<Engine, EngineError> {
                 .unwrap_or_default(),
             local,
         },
-    })
+    }
 }
 
 /// A client whose connections are ssh children running `docker system
