@@ -87,7 +87,7 @@ fn cgroups(lines: &mut Vec<Line>) {
             false,
             "memory pressure (PSI)",
             if psi {
-                "sampled into samples.csv".to_string()
+                "sampled into samples.csv.gz".to_string()
             } else {
                 "this kernel keeps none (CONFIG_PSI, or `psi=1` on the kernel command line)"
                     .to_string()

@@ -16,6 +16,7 @@ pub mod engine;
 pub mod exit;
 pub mod faults;
 pub mod glob;
+pub mod gzcsv;
 pub mod lock;
 pub mod model;
 pub mod net;

@@ -409,7 +409,7 @@ impl Telemetry {
         let sampler = Sampler::start(
             target.clone(),
             plan.interval,
-            plan.dir.join("samples.csv"),
+            plan.dir.join("samples.csv.gz"),
             origin,
         )
         .map_err(|e| env_err("samples file", e))?;
@@ -418,7 +418,7 @@ impl Telemetry {
                 Scraper::start(
                     url.clone(),
                     plan.interval,
-                    plan.dir.join("metrics.csv"),
+                    plan.dir.join("metrics.csv.gz"),
                     origin,
                     target.pid.clone(),
                 )
@@ -844,7 +844,7 @@ fn assemble(
     let expectation = plan.expect.as_ref().map(|e| expectation(e, &checks));
     bus.emit(Event::Verdict { verdict });
     let rel = &plan.rel_dir;
-    let mut files: BTreeMap<String, String> = ["node.log", "samples.csv", "events.jsonl"]
+    let mut files: BTreeMap<String, String> = ["node.log", "samples.csv.gz", "events.jsonl"]
         .iter()
         .map(|f| (f.to_string(), format!("{rel}/{f}")))
         .collect();
@@ -852,7 +852,7 @@ fn assemble(
         files.insert("latency.csv".into(), format!("{rel}/latency.csv"));
     }
     if plan.scrape.is_some() {
-        files.insert("metrics.csv".into(), format!("{rel}/metrics.csv"));
+        files.insert("metrics.csv.gz".into(), format!("{rel}/metrics.csv.gz"));
     }
     for e in &rec.execs {
         files.insert(e.log.clone(), format!("{rel}/{}", e.log));

@@ -64,7 +64,7 @@ fn an_allocator_is_preloaded_inside_the_container_and_proven_from_its_maps() {
     let events = run.file("events.jsonl");
     assert!(events.contains("is loaded in pid"), "{events}");
     // And the node's own word, from inside the container.
-    let metrics = run.file("metrics.csv");
+    let metrics = run.file("metrics.csv.gz");
     assert!(
         metrics.contains("allocator_info{allocator=\"jemalloc\""),
         "{}",

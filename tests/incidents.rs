@@ -135,11 +135,11 @@ fn the_jvm_node_is_oom_killed_by_its_event_loops_pools_not_its_heap() {
     assert_eq!(few.memory.oom_kills, 0);
     assert!(few.memory.peak_cgroup_bytes < 192 << 20);
     // The heap never came near -Xmx64m where the kernel killed the node.
-    let metrics = std::fs::read_to_string(
-        run.report_dir
+    let metrics = soak::gzcsv::read_to_string(
+        &run.report_dir
             .as_ref()
             .unwrap()
-            .join(&many.files["metrics.csv"]),
+            .join(&many.files["metrics.csv.gz"]),
     )
     .unwrap();
     let heap_max = metrics

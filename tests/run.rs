@@ -56,7 +56,13 @@ fn smoke_suite_passes_shortened() {
     assert!(report.starts_with("# soak: smoke — ✅ pass"), "{report}");
     assert!(report.contains("xychart-beta"));
     let cell_dir = run.report_dir.as_ref().unwrap().join("cells/default");
-    let samples = std::fs::read_to_string(cell_dir.join("samples.csv")).unwrap();
+    // The long series are gzip, which zcat reads as the report does.
+    let samples = soak::gzcsv::read_to_string(&cell_dir.join("samples.csv.gz")).unwrap();
+    let zcat = std::process::Command::new("zcat")
+        .arg(cell_dir.join("samples.csv.gz"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8(zcat.stdout).unwrap(), samples);
     assert!(samples.lines().count() > 5, "{samples}");
     assert!(std::fs::read_to_string(cell_dir.join("node.log"))
         .unwrap()
@@ -66,7 +72,7 @@ fn smoke_suite_passes_shortened() {
     assert!(scrapes.ok >= 3, "{scrapes:?}");
     assert!(scrapes.series > 50, "{scrapes:?}");
     assert!(m.fragmentation.unwrap() > 1.0, "{m:?}");
-    let metrics = std::fs::read_to_string(cell_dir.join("metrics.csv")).unwrap();
+    let metrics = soak::gzcsv::read_to_string(&cell_dir.join("metrics.csv.gz")).unwrap();
     assert!(
         metrics
             .lines()
@@ -242,11 +248,11 @@ fn check<'a>(run: &'a Run, name: &str) -> &'a CheckResult {
 
 /// RSS of the node per sample, from the cell's samples.csv.
 fn rss_samples(run: &Run) -> Vec<u64> {
-    let csv = std::fs::read_to_string(
-        run.report_dir
+    let csv = soak::gzcsv::read_to_string(
+        &run.report_dir
             .as_ref()
             .unwrap()
-            .join("cells/default/samples.csv"),
+            .join("cells/default/samples.csv.gz"),
     )
     .unwrap();
     let mut lines = csv.lines();
@@ -341,7 +347,7 @@ fn each_debian_allocator_is_preloaded_proven_and_reported() {
         let events = std::fs::read_to_string(folder.join("events.jsonl")).unwrap();
         assert!(events.contains("is loaded in pid"), "{events}");
         // And the node's own word: its allocator statistics name it.
-        let metrics = std::fs::read_to_string(folder.join("metrics.csv")).unwrap();
+        let metrics = soak::gzcsv::read_to_string(&folder.join("metrics.csv.gz")).unwrap();
         assert!(
             metrics.contains(&format!("allocator_info{{allocator=\"{name}\"")),
             "{name}: {}",

@@ -1,6 +1,6 @@
 //! The series a cell's charts are drawn from, read back from the cell's
-//! files: the node's RSS (`samples.csv`) and, where the node exports them,
-//! the figures of its own memory (`metrics.csv`): RocksDB's block cache,
+//! files: the node's RSS (`samples.csv.gz`) and, where the node exports
+//! them, the figures of its own memory (`metrics.csv.gz`): RocksDB's block cache,
 //! memtables and table readers, the allocator's allocated and free bytes,
 //! a JVM's heap and direct buffers. Charted beside RSS, they show where
 //! the memory went.
@@ -79,40 +79,32 @@ pub fn of_run(dir: &Path, s: &Summary) -> Charts {
 
 /// The chart of one cell, from its files (relative to `dir`).
 pub fn of_cell(dir: &Path, c: &CellResult) -> Option<CellChart> {
-    let samples =
-        std::fs::read_to_string(dir.join(c.files.get("samples.csv")?)).unwrap_or_default();
-    let rss = columns(&samples, "t_s", &["rss_bytes"])
-        .remove(0)
-        .into_iter()
-        .map(|(t, v)| (t, v as u64))
+    let samples = file(dir, c, "samples.csv")?;
+    let mut names = vec!["rss_bytes", "soak_rss_bytes", "soak_cpu_s"];
+    names.extend(MEASURES.iter().map(|m| m.0));
+    let mut read = columns(lines(&samples), "t_s", &names).into_iter();
+    let mut next = || read.next().unwrap_or_default();
+    let rss = next().into_iter().map(|(t, v)| (t, v as u64)).collect();
+    let soak_rss = next();
+    let cpu = next();
+    let measures = MEASURES
+        .iter()
+        .map(|(_, label)| Part {
+            label,
+            points: next(),
+        })
+        .filter(|p| p.points.len() >= 2 && p.points.iter().any(|p| p.1 > 0.0))
         .collect();
-    let names: Vec<&str> = MEASURES.iter().map(|m| m.0).collect();
-    let measures = columns(&samples, "t_s", &names)
-        .into_iter()
-        .zip(MEASURES)
-        .filter(|(points, _)| points.len() >= 2 && points.iter().any(|p| p.1 > 0.0))
-        .map(|(points, (_, label))| Part { label, points })
-        .collect();
-    let mut own = columns(&samples, "t_s", &["soak_rss_bytes", "soak_cpu_s"]);
-    let cpu = own.pop().unwrap_or_default();
     let soak_cpu = cpu
         .windows(2)
         .filter(|w| w[1].0 > w[0].0)
         .map(|w| (w[1].0, (w[1].1 - w[0].1) / (w[1].0 - w[0].0)))
         .collect();
-    let soak_rss = own.pop().unwrap_or_default();
-    let parts = c
-        .files
-        .get("metrics.csv")
-        .and_then(|f| std::fs::read_to_string(dir.join(f)).ok())
-        .map(|text| parts(&text))
+    let parts = file(dir, c, "metrics.csv")
+        .map(|f| parts(lines(&f)))
         .unwrap_or_default();
-    let latency = c
-        .files
-        .get("latency.csv")
-        .and_then(|f| std::fs::read_to_string(dir.join(f)).ok())
-        .unwrap_or_default();
-    let mut load = columns(&latency, "t", &["ops_per_s", "p99_us"]);
+    let latency = file(dir, c, "latency.csv").map(|f| lines(&f));
+    let mut load = columns(latency.into_iter().flatten(), "t", &["ops_per_s", "p99_us"]);
     let p99_ms = load
         .pop()
         .unwrap_or_default()
@@ -131,12 +123,30 @@ pub fn of_cell(dir: &Path, c: &CellResult) -> Option<CellChart> {
     })
 }
 
+/// The path of a cell's file `name`, compressed (`NAME.gz`, since soak
+/// 0.1's long runs) or as older runs wrote it.
+fn file(dir: &Path, c: &CellResult, name: &str) -> Option<std::path::PathBuf> {
+    c.files
+        .get(&format!("{name}.gz"))
+        .or_else(|| c.files.get(name))
+        .map(|f| dir.join(f))
+}
+
+/// The lines of a file; none when it cannot be read.
+fn lines(path: &Path) -> impl Iterator<Item = String> {
+    crate::gzcsv::lines(path).into_iter().flatten()
+}
+
 /// The (time, value) points of each column of `names` in a CSV file's
-/// text whose time is in the column `t`; rows that do not parse are left
+/// lines whose time is in the column `t`; rows that do not parse are left
 /// out.
-fn columns(csv: &str, t: &str, names: &[&str]) -> Vec<Vec<(f64, f64)>> {
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().unwrap_or("").split(',').collect();
+fn columns(
+    mut lines: impl Iterator<Item = String>,
+    t: &str,
+    names: &[&str],
+) -> Vec<Vec<(f64, f64)>> {
+    let first = lines.next().unwrap_or_default();
+    let header: Vec<&str> = first.split(',').collect();
     let col = |name: &str| header.iter().position(|h| *h == name);
     let mut out = vec![vec![]; names.len()];
     let (Some(t), cols) = (col(t), names.iter().map(|n| col(n)).collect::<Vec<_>>()) else {
@@ -156,18 +166,33 @@ fn columns(csv: &str, t: &str, names: &[&str]) -> Vec<Vec<(f64, f64)>> {
     out
 }
 
-/// The charted figures in `metrics.csv` (`t_s,series,value`). A name
-/// exported under several label sets (one per column family, say) is
-/// summed per scrape.
-fn parts(metrics_csv: &str) -> Vec<Part> {
-    let mut by_name: BTreeMap<&str, BTreeMap<u64, (f64, f64)>> = BTreeMap::new();
-    for line in metrics_csv.lines().skip(1) {
+/// The charted figures in the lines of `metrics.csv.gz` (`t_s,series,value`,
+/// a scrape's rows together). A series holds its value until its next row
+/// (see [`crate::telemetry::Scraper`]); a name exported under several
+/// label sets (one per column family, say) is summed over them at every
+/// scrape that changed one of them.
+fn parts(lines: impl Iterator<Item = String>) -> Vec<Part> {
+    // Per charted name: each series' value, and the name's points.
+    let mut current: Vec<BTreeMap<String, f64>> = vec![BTreeMap::new(); PARTS.len()];
+    let mut points: Vec<Vec<(f64, f64)>> = vec![vec![]; PARTS.len()];
+    // The scrape being read: its time, and the names it changed.
+    let mut scrape: Option<(f64, Vec<bool>)> = None;
+    let close = |scrape: &mut Option<(f64, Vec<bool>)>,
+                 points: &mut Vec<Vec<(f64, f64)>>,
+                 current: &Vec<BTreeMap<String, f64>>| {
+        if let Some((t, touched)) = scrape.take() {
+            for (i, _) in touched.iter().enumerate().filter(|(_, on)| **on) {
+                points[i].push((t, current[i].values().sum()));
+            }
+        }
+    };
+    for line in lines.skip(1) {
         let mut f = line.splitn(3, ',');
         let (Some(t), Some(series), Some(v)) = (f.next(), f.next(), f.next()) else {
             continue;
         };
         let name = series.split('{').next().unwrap_or(series);
-        let Some(&(known, _)) = PARTS.iter().find(|(n, _)| *n == name) else {
+        let Some(i) = PARTS.iter().position(|(n, _)| *n == name) else {
             continue;
         };
         let (Ok(t), Ok(v)) = (t.parse::<f64>(), v.trim().parse::<f64>()) else {
@@ -176,20 +201,29 @@ fn parts(metrics_csv: &str) -> Vec<Part> {
         if !v.is_finite() {
             continue;
         }
-        // Scrapes are keyed by their time to the millisecond.
-        let at = by_name
-            .entry(known)
-            .or_default()
-            .entry((t * 1000.0).round() as u64)
-            .or_insert((t, 0.0));
-        at.1 += v;
+        // A scrape's rows share their time to the millisecond.
+        if scrape
+            .as_ref()
+            .is_some_and(|(at, _)| (at - t).abs() >= 0.0005)
+        {
+            close(&mut scrape, &mut points, &current);
+        }
+        scrape
+            .get_or_insert_with(|| (t, vec![false; PARTS.len()]))
+            .1[i] = true;
+        match current[i].get_mut(series) {
+            Some(held) => *held = v,
+            None => {
+                current[i].insert(series.to_string(), v);
+            }
+        }
     }
+    close(&mut scrape, &mut points, &current);
     PARTS
         .iter()
-        .filter_map(|(name, label)| {
-            let points: Vec<(f64, f64)> = by_name.get(name)?.values().copied().collect();
-            (points.len() >= 2).then_some(Part { label, points })
-        })
+        .zip(points)
+        .filter(|(_, points)| points.len() >= 2)
+        .map(|((_, label), points)| Part { label, points })
         .collect()
 }
 
@@ -208,8 +242,9 @@ mod tests {
             2.0,rocksdb_block_cache_usage_bytes,200\n\
             2.0,rocksdb_memtables_size_bytes{cf=\"a\"},20\n\
             2.0,rocksdb_memtables_size_bytes{cf=\"b\"},6\n\
-            2.0,allocator_allocated_bytes{allocator=\"glibc\"},7\n";
-        let p = parts(csv);
+            2.0,allocator_allocated_bytes{allocator=\"glibc\"},7\n\
+            3.0,rocksdb_memtables_size_bytes{cf=\"b\"},9\n";
+        let p = parts(csv.lines().map(String::from));
         assert_eq!(
             p,
             vec![
@@ -217,20 +252,25 @@ mod tests {
                     label: "block cache",
                     points: vec![(1.0, 100.0), (2.0, 200.0)]
                 },
+                // cf a held 20 at 3 s: only b had a row.
                 Part {
                     label: "memtables",
-                    points: vec![(1.0, 15.0), (2.0, 26.0)]
+                    points: vec![(1.0, 15.0), (2.0, 26.0), (3.0, 29.0)]
                 },
             ]
         );
-        assert!(parts("t_s,series,value\nbroken\n").is_empty());
+        assert!(parts(["t_s,series,value", "broken"].map(String::from).into_iter()).is_empty());
     }
 
     #[test]
     fn columns_are_read_by_name_and_broken_rows_left_out() {
         let csv = "t,ops,ops_per_s,p99_us\n1.0,5,5.0,900\nbroken\n2.0,6,6.0,x\n";
         assert_eq!(
-            columns(csv, "t", &["ops_per_s", "p99_us", "missing"]),
+            columns(
+                csv.lines().map(String::from),
+                "t",
+                &["ops_per_s", "p99_us", "missing"]
+            ),
             vec![vec![(1.0, 5.0), (2.0, 6.0)], vec![(1.0, 900.0)], vec![]]
         );
     }

@@ -1,11 +1,10 @@
 //! Samplers: the node's memory, read at a fixed interval and written to the
-//! cell's `samples.csv` as each sample is taken, so a run that dies keeps
-//! what it saw.
+//! cell's `samples.csv.gz` as each sample is taken (see [`crate::gzcsv`]),
+//! so a run that dies keeps what it saw.
 
 pub mod prometheus;
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -333,8 +332,7 @@ impl Sampler {
         csv: PathBuf,
         origin: tokio::time::Instant,
     ) -> std::io::Result<Sampler> {
-        let mut file = std::fs::File::create(&csv)?;
-        writeln!(file, "{SAMPLES_HEADER}")?;
+        let mut file = crate::gzcsv::Writer::create(&csv, SAMPLES_HEADER)?;
         let samples = Arc::new(Mutex::new(Vec::new()));
         let (stop, mut stopped) = watch::channel(false);
         let store = samples.clone();
@@ -361,12 +359,12 @@ impl Sampler {
                         sampler_cpu_s += cpu;
                         s.sampler_cpu_s = sampler_cpu_s;
                         s.soak_cpu_s = cpu_seconds(libc::CLOCK_PROCESS_CPUTIME_ID);
-                        let _ = writeln!(file, "{}", s.csv_line());
-                        let _ = file.flush();
+                        let _ = file.line(&s.csv_line());
                         store.lock().expect("samples lock").push(s);
                     }
                 }
             }
+            let _ = file.finish();
         });
         Ok(Sampler {
             stop,
@@ -382,6 +380,10 @@ impl Sampler {
         s.clone()
     }
 }
+
+/// Every series gets a row in `metrics.csv.gz` at least once in this many
+/// scrapes (a minute at the default interval).
+pub const FULL_EVERY: u32 = 60;
 
 /// What the scrapes of a run found.
 #[derive(Debug, Clone, Default)]
@@ -401,7 +403,14 @@ pub struct ScrapeStats {
     pub largest: BTreeMap<String, f64>,
 }
 
-/// Scrapes a Prometheus endpoint at an interval into `metrics.csv`.
+/// Scrapes a Prometheus endpoint at an interval into `metrics.csv.gz`
+/// (`t_s,series,value`). A series gets a row where its value changed; every
+/// series gets one at the first scrape, at every [`FULL_EVERY`]th and at the
+/// first after a gap (the node down, a scrape failed). So a series holds
+/// the value of its last row until its next, which is never more than
+/// [`FULL_EVERY`] scrapes on. Measured on `suites/smoke.yaml` (234 series,
+/// 45 s): every row of every scrape is 16.8 KB/s, gzip takes it to 0.84 KB/s
+/// (72 MB a day), changed rows only to 0.3 KB/s (26 MB a day).
 pub struct Scraper {
     stop: watch::Sender<bool>,
     handle: JoinHandle<ScrapeStats>,
@@ -415,14 +424,17 @@ impl Scraper {
         origin: tokio::time::Instant,
         up: Arc<AtomicI32>,
     ) -> std::io::Result<Scraper> {
-        let mut file = std::fs::File::create(&csv)?;
-        writeln!(file, "t_s,series,value")?;
+        let mut file = crate::gzcsv::Writer::create(&csv, "t_s,series,value")?;
         let (stop, mut stopped) = watch::channel(false);
         // A bad URL fails every scrape, and the report shows why.
         let url = prometheus::endpoint(&url).unwrap_or(url);
         let http = crate::net::http::Http::default();
         let handle = tokio::spawn(async move {
             let mut stats = ScrapeStats::default();
+            // The bits of each series' last written value, and how many
+            // scrapes ago every series was last written (None: a gap since).
+            let mut written: std::collections::HashMap<String, u64> = Default::default();
+            let mut since_full: Option<u32> = None;
             let mut tick = tokio::time::interval(interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -432,6 +444,7 @@ impl Scraper {
                         // Only while the node is up: a refused connection
                         // during a restart is not the endpoint's fault.
                         if up.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+                            since_full = None;
                             continue;
                         }
                         let t = origin.elapsed().as_secs_f64();
@@ -440,13 +453,23 @@ impl Scraper {
                                 let series = prometheus::series(&text);
                                 if series.is_empty() {
                                     stats.empty += 1;
+                                    since_full = None;
                                     continue;
                                 }
                                 stats.ok += 1;
+                                let full = since_full.is_none_or(|n| n + 1 >= FULL_EVERY);
+                                since_full = if full { Some(0) } else { since_full.map(|n| n + 1) };
                                 for (k, v) in &series {
-                                    let _ = writeln!(file, "{t:.3},{},{v}", k.replace(',', ";"));
+                                    let bits = v.to_bits();
+                                    match written.get_mut(k) {
+                                        Some(b) if *b == bits && !full => continue,
+                                        Some(b) => *b = bits,
+                                        None => {
+                                            written.insert(k.clone(), bits);
+                                        }
+                                    }
+                                    let _ = file.line(&format!("{t:.3},{},{v}", k.replace(',', ";")));
                                 }
-                                let _ = file.flush();
                                 let resident = |s| prometheus::resident(s).unwrap_or(0.0);
                                 if resident(&series) >= resident(&stats.largest) {
                                     stats.largest = series.clone();
@@ -454,6 +477,7 @@ impl Scraper {
                                 stats.last = series;
                             }
                             Err(e) => {
+                                since_full = None;
                                 stats.failed += 1;
                                 stats.last_error = Some(e);
                             }
@@ -461,6 +485,7 @@ impl Scraper {
                     }
                 }
             }
+            let _ = file.finish();
             stats
         });
         Ok(Scraper { stop, handle })
@@ -479,7 +504,7 @@ mod tests {
     #[tokio::test]
     async fn samples_csv_has_as_many_fields_as_its_header_and_reads_this_process() {
         let dir = tempfile::tempdir().unwrap();
-        let csv = dir.path().join("samples.csv");
+        let csv = dir.path().join("samples.csv.gz");
         let target = Target {
             pid: Arc::new(AtomicI32::new(std::process::id() as i32)),
             segment: Arc::new(AtomicU32::new(0)),
@@ -504,8 +529,69 @@ mod tests {
                 .all(|s| s.rss > 0 && s.pss > 0 && s.anon > 0 && s.disk > 0),
             "{samples:?}"
         );
-        let text = std::fs::read_to_string(csv).unwrap();
+        let text = crate::gzcsv::read_to_string(&csv).unwrap();
+        assert_eq!(text.lines().count(), samples.len() + 1);
         let widths: Vec<usize> = text.lines().map(|l| l.split(',').count()).collect();
         assert!(widths.iter().all(|w| *w == widths[0]), "{text}");
+    }
+
+    /// A Prometheus endpoint on 127.0.0.1 whose `steady` holds 1 and whose
+    /// `moving` is the number of the scrape; `scrapes` counts them.
+    async fn endpoint(scrapes: Arc<AtomicU32>) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/metrics", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let n = scrapes.fetch_add(1, Relaxed) + 1;
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let body = format!("steady 1\nmoving {n}\n");
+                let _ = conn
+                    .write_all(
+                        format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                        .as_bytes(),
+                    )
+                    .await;
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn metrics_get_a_row_where_a_series_changed_and_every_series_every_sixtieth_scrape() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join("metrics.csv.gz");
+        let scrapes = Arc::new(AtomicU32::new(0));
+        let url = endpoint(scrapes.clone()).await;
+        let up = Arc::new(AtomicI32::new(1));
+        let scraper = Scraper::start(
+            url,
+            Duration::from_millis(1),
+            csv.clone(),
+            tokio::time::Instant::now(),
+            up,
+        )
+        .unwrap();
+        while scrapes.load(Relaxed) < 2 * FULL_EVERY + 5 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let stats = scraper.stop().await;
+        let text = crate::gzcsv::read_to_string(&csv).unwrap();
+        let rows = |name: &str| {
+            text.lines()
+                .filter(|l| l.split(',').nth(1) == Some(name))
+                .count() as u64
+        };
+        assert_eq!(rows("moving"), stats.ok, "{text}");
+        assert_eq!(
+            rows("steady"),
+            stats.ok.div_ceil(FULL_EVERY as u64),
+            "{text}"
+        );
+        assert!(stats.ok > 2 * FULL_EVERY as u64);
     }
 }

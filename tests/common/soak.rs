@@ -40,7 +40,7 @@ impl Run {
         let dir = self.report_dir.as_ref().expect("a report folder");
         let cell = self.cell().files["events.jsonl"].as_str();
         let cell_dir = dir.join(Path::new(cell).parent().unwrap());
-        std::fs::read_to_string(cell_dir.join(name))
+        soak::gzcsv::read_to_string(&cell_dir.join(name))
             .unwrap_or_else(|e| panic!("{}: {e}", cell_dir.join(name).display()))
     }
 }
