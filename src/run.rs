@@ -45,7 +45,7 @@ pub struct RunOptions {
     /// recorded in the report, so that a run can be replayed.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Telemetry sampling interval (100ms to 60s); overrides the suite's
+    /// Telemetry sampling interval (10ms to 60s); overrides the suite's
     /// `telemetry.interval` (default 1s).
     #[arg(long, value_parser = crate::units::interval)]
     pub interval: Option<Duration>,

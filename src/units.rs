@@ -233,8 +233,8 @@ pub fn positive(s: &str) -> Result<f64, String> {
 
 pub fn interval(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s).map_err(|e| e.to_string())?;
-    if d < Duration::from_millis(100) || d > Duration::from_secs(60) {
-        return Err(format!("{s:?}: the interval must be between 100ms and 60s"));
+    if d < Duration::from_millis(10) || d > Duration::from_secs(60) {
+        return Err(format!("{s:?}: the interval must be between 10ms and 60s"));
     }
     Ok(d)
 }

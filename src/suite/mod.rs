@@ -82,7 +82,7 @@ pub struct Version {
 #[serde(deny_unknown_fields)]
 pub struct Telemetry {
     /// Sampling interval of memory, disk and the Prometheus endpoint,
-    /// 100ms to 60s; `soak run --interval` overrides it.
+    /// 10ms to 60s; `soak run --interval` overrides it.
     #[serde(default = "default_interval")]
     pub interval: Dur,
 }
@@ -611,12 +611,12 @@ impl Suite {
             }
         }
         let interval = self.telemetry.interval.0;
-        if interval < std::time::Duration::from_millis(100)
+        if interval < std::time::Duration::from_millis(10)
             || interval > std::time::Duration::from_secs(60)
         {
             out.push((
                 "telemetry.interval".into(),
-                "the sampling interval must be between 100ms and 60s".into(),
+                "the sampling interval must be between 10ms and 60s".into(),
             ));
         }
         if self.phases.is_empty() {
