@@ -10,7 +10,16 @@ FLUSHALL). Its memory does what it is told:
         (an off-heap leak: it ends in an OOM kill under a limit);
     memnode.py --port P --sawtooth BYTES_PER_S --period S
         takes BYTES_PER_S each second and frees all of it every S seconds
-        (a garbage collector's sawtooth, no leak).
+        (a garbage collector's sawtooth, no leak);
+    memnode.py --port P --step BYTES --step-at S
+        takes BYTES at once S seconds after it started (a cache filling);
+    memnode.py --port P --warmup BYTES --tau S
+        takes BYTES * (1 - e^(-t/S)) (a cache warming up);
+    memnode.py --port P --noise BYTES
+        holds a random amount more, redrawn every 0.1 s: an AR(1) series
+        (phi 0.9) whose standard deviation is BYTES, seeded by --seed.
+These add up: the node holds their sum at every moment (to 64 KiB), so
+`--leak 20000 --sawtooth 4000000 --period 10` is a leak under a sawtooth.
 
 Its durability too. Without --journal it keeps everything in memory: a
 SIGKILL loses every acknowledged write. With --journal FILE every SET and
@@ -33,6 +42,7 @@ freed with munmap, so it leaves at once.
 """
 
 import argparse
+import math
 import mmap
 import os
 import random
@@ -43,30 +53,45 @@ import threading
 import time
 import zlib
 
-CHUNK = 256 * 1024
+CHUNK = 64 * 1024
+
+
+def target(args, t, noise):
+    """The bytes the node holds t seconds after it started."""
+    want = args.leak * t + noise
+    if args.sawtooth:
+        want += args.sawtooth * (t % args.period)
+    if args.step and t >= args.step_at:
+        want += args.step
+    if args.warmup:
+        want += args.warmup * (1 - math.exp(-t / args.tau))
+    return max(0, int(want))
 
 
 def memory(args):
-    rate = args.leak or args.sawtooth
-    if not rate:
+    if not (args.leak or args.sawtooth or args.step or args.warmup or args.noise):
         return
     held = []
     tick = 0.05
+    rng = random.Random(args.seed)
+    noise, redrawn = 0.0, 0.0
+    # AR(1) with phi 0.9 and innovations of sd * sqrt(1 - phi^2): the
+    # series' own standard deviation is sd.
+    phi = 0.9
     started = time.monotonic()
     while True:
         time.sleep(tick)
-        want = int(rate * tick)
-        while want > 0:
-            size = min(CHUNK, want)
-            m = mmap.mmap(-1, size)
-            m.write(b"\x5a" * size)
+        t = time.monotonic() - started
+        if args.noise and t - redrawn >= 0.1:
+            noise = phi * noise + rng.gauss(0, args.noise * math.sqrt(1 - phi * phi))
+            redrawn = t
+        want = target(args, t, noise)
+        while len(held) * CHUNK < want:
+            m = mmap.mmap(-1, CHUNK)
+            m.write(b"\x5a" * CHUNK)
             held.append(m)
-            want -= size
-        if args.sawtooth and time.monotonic() - started >= args.period:
-            for m in held:
-                m.close()
-            held = []
-            started = time.monotonic()
+        while (len(held) - 1) * CHUNK >= want:
+            held.pop().close()
 
 
 def read_command(f):
@@ -242,6 +267,11 @@ def main():
     p.add_argument("--leak", type=int, default=0)
     p.add_argument("--sawtooth", type=int, default=0)
     p.add_argument("--period", type=float, default=1.0)
+    p.add_argument("--step", type=int, default=0)
+    p.add_argument("--step-at", type=float, default=0.0)
+    p.add_argument("--warmup", type=int, default=0)
+    p.add_argument("--tau", type=float, default=1.0)
+    p.add_argument("--noise", type=int, default=0)
     p.add_argument("--journal")
     p.add_argument("--lose-tail", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
