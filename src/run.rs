@@ -429,7 +429,7 @@ impl Telemetry {
         Ok(Telemetry { sampler, scraper })
     }
 
-    async fn stop(self, bus: &mut Bus) -> (Vec<Sample>, Option<ScrapeStats>) {
+    async fn stop(self, bus: &mut Bus) -> (crate::telemetry::Kept, Option<ScrapeStats>) {
         let samples = self.sampler.stop().await;
         let scrapes = match self.scraper {
             Some(s) => Some(s.stop().await),
@@ -586,7 +586,8 @@ async fn run_cell(
     let outcome = drive(&mut cell, remote.as_deref(), plan, &suite.phases).await;
     cell.finish().await;
     drop(cell);
-    let (samples, scrapes) = telemetry.stop(&mut bus).await;
+    let (kept, scrapes) = telemetry.stop(&mut bus).await;
+    let samples = kept.samples();
     if let Some(l) = load.as_mut() {
         if let Err(err) = l.close_log().await {
             bus.error(format!("latency.csv: {err}"));
@@ -628,6 +629,7 @@ async fn run_cell(
         load: load.as_ref().map(|l| l.stats()),
         windows: load.as_ref().map(|l| l.windows()).unwrap_or_default(),
         samples,
+        samples_taken: kept.taken(),
         scrapes,
         cgroup,
         oom_kills,
@@ -641,7 +643,9 @@ struct CellMeasures {
     load: Option<LoadStats>,
     /// The load of each window the windowed checks judge.
     windows: Vec<crate::model::WindowLoad>,
+    /// The samples kept (see [`crate::telemetry::Kept`]), of how many taken.
     samples: Vec<Sample>,
+    samples_taken: usize,
     scrapes: Option<ScrapeStats>,
     cgroup: Option<CgroupSummary>,
     oom_kills: u64,
@@ -734,7 +738,7 @@ fn memory_summary(plan: &CellPlan, m: &CellMeasures) -> MemorySummary {
         slope_bytes_per_hour: rss.slope_per_hour,
         cgroup_slope_bytes_per_hour: cgroup.slope_per_hour,
         oom_kills: m.oom_kills,
-        samples: samples.len(),
+        samples: m.samples_taken,
         peak_disk_bytes: disk.peak,
         fragmentation: m
             .scrapes

@@ -26,8 +26,13 @@ pub struct Sample {
     pub up: bool,
     /// Resident set size of all the node's processes.
     pub rss: u64,
-    /// Proportional set size (shared pages split among their users).
+    /// Proportional set size (shared pages split among their users). Read
+    /// at most as often as [`PSS_BUDGET`] allows; a sample between reads
+    /// carries the last one (`pss_carried`), and `samples.csv.gz` leaves it
+    /// empty there.
     pub pss: u64,
+    #[serde(skip)]
+    pub pss_carried: bool,
     /// Anonymous resident memory (heap, not file-backed).
     pub anon: u64,
     pub cgroup: u64,
@@ -66,13 +71,18 @@ impl Sample {
     /// One line of `samples.csv` (a figure that could not be read is empty).
     pub fn csv_line(&self) -> String {
         let opt = |v: Option<f64>| v.map(|v| format!("{v:.2}")).unwrap_or_default();
+        let pss = if self.pss_carried {
+            String::new()
+        } else {
+            self.pss.to_string()
+        };
         format!(
             "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{:.2},{:.2}",
             self.t,
             self.segment,
             u8::from(self.up),
             self.rss,
-            self.pss,
+            pss,
             self.anon,
             self.cgroup,
             self.cgroup_anon,
@@ -195,33 +205,38 @@ pub fn disk_usage(dir: &std::path::Path) -> u64 {
         .sum()
 }
 
-/// (RSS, PSS, anonymous) bytes of one process, from
-/// `/proc/PID/smaps_rollup` (Linux 4.14+), else RSS from `status`.
-pub fn memory_of(pid: i32) -> (u64, u64, u64) {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")) else {
-        return (rss_of(pid), 0, 0);
-    };
-    let kb = |key: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map(|k| k * 1024)
-            .unwrap_or(0)
-    };
-    (kb("Rss:"), kb("Pss:"), kb("Anonymous:"))
+/// The share of a core that reading PSS may take: `smaps_rollup` walks
+/// every page table of the process, so its cost grows with the node's
+/// memory (3 ms at 130 MiB here, 46% of soak's CPU when sampled every
+/// 10 ms). After a read that took d, the next waits d / PSS_BUDGET.
+pub const PSS_BUDGET: f64 = 0.01;
+
+/// The figures of `text` (`/proc/PID/status` or `smaps_rollup`) under
+/// `key`, in bytes.
+fn kb_field(text: &str, key: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |k| k * 1024)
+}
+
+/// PSS bytes of one process, from `/proc/PID/smaps_rollup` (Linux 4.14+).
+pub fn pss_of(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .map_or(0, |text| kb_field(&text, "Pss:"))
+}
+
+/// (RSS, anonymous) bytes of one process, from `/proc/PID/status`: the
+/// kernel's running counts, as cheap to read for 100 GiB as for 1 MiB.
+pub fn memory_of(pid: i32) -> (u64, u64) {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).map_or((0, 0), |text| {
+        (kb_field(&text, "VmRSS:"), kb_field(&text, "RssAnon:"))
+    })
 }
 
 /// Resident bytes of one process, from `/proc/PID/status` (VmRSS).
 pub fn rss_of(pid: i32) -> u64 {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return 0;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .unwrap_or(0)
+    memory_of(pid).0
 }
 
 /// The leader and its descendants, from `/proc/*/stat`.
@@ -258,10 +273,12 @@ pub fn process_tree(root: i32) -> Vec<i32> {
 }
 
 impl Target {
-    pub fn sample(&self, t: f64) -> Sample {
+    /// A sample; its PSS only when `pss` (else 0), with what reading it
+    /// took.
+    pub fn sample(&self, t: f64, pss: bool) -> (Sample, Duration) {
         let pid = self.pid.load(Relaxed);
         if let Some(m) = &self.engine_memory {
-            return self.sample_remote(t, pid, m);
+            return (self.sample_remote(t, pid, m), Duration::ZERO);
         }
         let pids = match (&self.cgroup, pid) {
             (Some(cg), _) => cg.procs(),
@@ -276,14 +293,20 @@ impl Target {
         let mem = cg.map(|c| c.memory()).unwrap_or_default();
         let events = cg.map(|c| c.events()).unwrap_or_default();
         let pressure = cg.and_then(|c| c.pressure());
-        let mems: Vec<(u64, u64, u64)> = pids.iter().map(|p| memory_of(*p)).collect();
-        Sample {
+        let mems: Vec<(u64, u64)> = pids.iter().map(|p| memory_of(*p)).collect();
+        let started = std::time::Instant::now();
+        let pss = if pss {
+            pids.iter().map(|p| pss_of(*p)).sum()
+        } else {
+            0
+        };
+        let sample = Sample {
             t,
             segment: self.segment.load(Relaxed),
             up: pid != 0,
             rss: mems.iter().map(|m| m.0).sum(),
-            pss: mems.iter().map(|m| m.1).sum(),
-            anon: mems.iter().map(|m| m.2).sum(),
+            pss,
+            anon: mems.iter().map(|m| m.1).sum(),
             cgroup: mem.usage,
             cgroup_anon: mem.anon,
             cgroup_file: mem.file,
@@ -296,7 +319,8 @@ impl Target {
             events_high: events.high,
             events_max: events.max,
             ..Sample::default()
-        }
+        };
+        (sample, started.elapsed())
     }
 }
 
@@ -318,11 +342,112 @@ impl Target {
     }
 }
 
-/// A running sampler; `stop` returns every sample taken.
+/// The samples kept in memory for the analysis, in bounded memory: every
+/// sample while there are fewer than [`KEEP`]; then neighbours are merged in
+/// pairs, and from then on every 2 (4, 8, ...) samples taken make one. A
+/// merged sample holds the most of each memory figure of those it merged
+/// (so peaks, whole-run or per window, stay exact, and a trend is one of
+/// maxima), and the newest of the running counts. Samples of different
+/// incarnations of the node, or up and down, are never merged. A day at 1 s
+/// is kept as 4-second maxima, in 6 MB. `samples.csv.gz` has every sample.
+#[derive(Debug, Default)]
+pub struct Kept {
+    samples: Vec<Sample>,
+    /// Samples taken, and merged into the next kept one.
+    taken: usize,
+    stride: usize,
+    open: Option<(Sample, usize)>,
+}
+
+/// At most this many samples are kept in memory (about 6 MB).
+pub const KEEP: usize = 1 << 15;
+
+impl Kept {
+    fn push(&mut self, s: Sample) {
+        self.taken += 1;
+        self.stride = self.stride.max(1);
+        let (merged, n) = match self.open.take() {
+            Some((open, n)) if mergeable(&open, &s) => (merge(open, s), n + 1),
+            Some((open, _)) => {
+                self.samples.push(open);
+                (s, 1)
+            }
+            None => (s, 1),
+        };
+        if n >= self.stride {
+            self.samples.push(merged);
+        } else {
+            self.open = Some((merged, n));
+        }
+        if self.samples.len() >= KEEP {
+            self.halve();
+        }
+    }
+
+    /// Merges neighbours in pairs (of one incarnation and state).
+    fn halve(&mut self) {
+        let mut out: Vec<Sample> = Vec::with_capacity(KEEP);
+        let mut it = std::mem::take(&mut self.samples).into_iter().peekable();
+        while let Some(a) = it.next() {
+            match it.peek() {
+                Some(b) if mergeable(&a, b) => {
+                    let b = it.next().expect("peeked");
+                    out.push(merge(a, b));
+                }
+                _ => out.push(a),
+            }
+        }
+        self.samples = out;
+        self.stride *= 2;
+    }
+
+    /// Every sample kept, the last one taken included.
+    pub fn samples(&self) -> Vec<Sample> {
+        let mut v = self.samples.clone();
+        v.extend(self.open.map(|(s, _)| s));
+        v
+    }
+
+    /// How many samples were taken.
+    pub fn taken(&self) -> usize {
+        self.taken
+    }
+}
+
+fn mergeable(a: &Sample, b: &Sample) -> bool {
+    a.segment == b.segment && a.up == b.up
+}
+
+/// `b` (the newer) with the most of each memory figure of the two.
+fn merge(a: Sample, b: Sample) -> Sample {
+    let most = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, y) => x.or(y),
+    };
+    Sample {
+        rss: a.rss.max(b.rss),
+        pss: a.pss.max(b.pss),
+        pss_carried: a.pss_carried && b.pss_carried,
+        anon: a.anon.max(b.anon),
+        cgroup: a.cgroup.max(b.cgroup),
+        cgroup_anon: a.cgroup_anon.max(b.cgroup_anon),
+        cgroup_file: a.cgroup_file.max(b.cgroup_file),
+        disk: a.disk.max(b.disk),
+        cgroup_kernel: a.cgroup_kernel.max(b.cgroup_kernel),
+        cgroup_shmem: a.cgroup_shmem.max(b.cgroup_shmem),
+        cgroup_sock: a.cgroup_sock.max(b.cgroup_sock),
+        pressure_some: most(a.pressure_some, b.pressure_some),
+        pressure_full: most(a.pressure_full, b.pressure_full),
+        soak_rss: a.soak_rss.max(b.soak_rss),
+        ..b
+    }
+}
+
+/// A running sampler; `stop` returns the samples kept.
 pub struct Sampler {
     stop: watch::Sender<bool>,
     handle: JoinHandle<()>,
-    samples: Arc<Mutex<Vec<Sample>>>,
+    samples: Arc<Mutex<Kept>>,
 }
 
 impl Sampler {
@@ -333,7 +458,7 @@ impl Sampler {
         origin: tokio::time::Instant,
     ) -> std::io::Result<Sampler> {
         let mut file = crate::gzcsv::Writer::create(&csv, SAMPLES_HEADER)?;
-        let samples = Arc::new(Mutex::new(Vec::new()));
+        let samples = Arc::new(Mutex::new(Kept::default()));
         let (stop, mut stopped) = watch::channel(false);
         let store = samples.clone();
         let handle = tokio::spawn(async move {
@@ -341,21 +466,32 @@ impl Sampler {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             // The CPU the sampling took, on the thread it ran on.
             let mut sampler_cpu_s = 0.0;
+            // The last PSS read, of which incarnation, and when the next is
+            // due (at once for a new incarnation).
+            let (mut pss, mut pss_of, mut pss_due) = (0, None, std::time::Instant::now());
             loop {
                 tokio::select! {
                     _ = stopped.changed() => break,
                     _ = tick.tick() => {
                         let target = target.clone();
                         let t = origin.elapsed().as_secs_f64();
+                        let incarnation = (target.segment.load(Relaxed), target.pid.load(Relaxed));
+                        let read_pss = std::time::Instant::now() >= pss_due || pss_of != Some(incarnation);
                         let took = tokio::task::spawn_blocking(move || {
                             let before = cpu_seconds(libc::CLOCK_THREAD_CPUTIME_ID);
-                            let mut s = target.sample(t);
+                            let (mut s, pss_took) = target.sample(t, read_pss);
                             s.soak_rss = own_rss();
                             (s.load_cpu_s, s.faultfs_cpu_s) = threads_cpu();
-                            (s, cpu_seconds(libc::CLOCK_THREAD_CPUTIME_ID) - before)
+                            (s, pss_took, cpu_seconds(libc::CLOCK_THREAD_CPUTIME_ID) - before)
                         })
                         .await;
-                        let Ok((mut s, cpu)) = took else { continue };
+                        let Ok((mut s, pss_took, cpu)) = took else { continue };
+                        if read_pss {
+                            (pss, pss_of) = (s.pss, Some(incarnation));
+                            pss_due = std::time::Instant::now() + pss_took.div_f64(PSS_BUDGET);
+                        } else {
+                            (s.pss, s.pss_carried) = (pss, true);
+                        }
                         sampler_cpu_s += cpu;
                         s.sampler_cpu_s = sampler_cpu_s;
                         s.soak_cpu_s = cpu_seconds(libc::CLOCK_PROCESS_CPUTIME_ID);
@@ -373,11 +509,10 @@ impl Sampler {
         })
     }
 
-    pub async fn stop(self) -> Vec<Sample> {
+    pub async fn stop(self) -> Kept {
         let _ = self.stop.send(true);
         let _ = self.handle.await;
-        let s = self.samples.lock().expect("samples lock");
-        s.clone()
+        std::mem::take(&mut *self.samples.lock().expect("samples lock"))
     }
 }
 
@@ -521,7 +656,7 @@ mod tests {
         )
         .unwrap();
         tokio::time::sleep(Duration::from_millis(350)).await;
-        let samples = sampler.stop().await;
+        let samples = sampler.stop().await.samples();
         assert!(samples.len() >= 2);
         assert!(
             samples
@@ -533,6 +668,41 @@ mod tests {
         assert_eq!(text.lines().count(), samples.len() + 1);
         let widths: Vec<usize> = text.lines().map(|l| l.split(',').count()).collect();
         assert!(widths.iter().all(|w| *w == widths[0]), "{text}");
+    }
+
+    #[test]
+    fn a_day_of_samples_is_kept_in_bounded_memory_with_its_peaks_and_restarts() {
+        let mut kept = Kept::default();
+        let n = 86_400 * 2;
+        for i in 0..n {
+            kept.push(Sample {
+                t: i as f64,
+                segment: u32::from(i >= n - 100),
+                up: true,
+                // A 1-sample spike in the middle of a slow rise.
+                rss: if i == 50_001 {
+                    9_000
+                } else {
+                    1_000 + i as u64 / 100
+                },
+                events_max: i as u64,
+                ..Sample::default()
+            });
+        }
+        let s = kept.samples();
+        assert_eq!(kept.taken(), n);
+        assert!(s.len() <= KEEP && s.len() > KEEP / 4, "{}", s.len());
+        assert_eq!(s.iter().map(|x| x.rss).max(), Some(9_000));
+        let last = s.last().unwrap();
+        assert_eq!((last.t, last.events_max), ((n - 1) as f64, (n - 1) as u64));
+        // The node's last incarnation, 100 samples, is its own.
+        let restarted = s.iter().position(|x| x.segment == 1).unwrap();
+        assert_eq!(s[restarted - 1].t, (n - 101) as f64);
+        assert!(s.windows(2).all(|w| w[0].t < w[1].t));
+        // The trend of the maxima is the rise: 1 per 100 s.
+        let first = s.iter().find(|x| x.t > 1000.0).unwrap();
+        let slope = (s[restarted - 1].rss - first.rss) as f64 / (s[restarted - 1].t - first.t);
+        assert!((slope - 0.01).abs() < 0.001, "{slope}");
     }
 
     /// A Prometheus endpoint on 127.0.0.1 whose `steady` holds 1 and whose
