@@ -64,11 +64,11 @@ pub struct Sample {
     pub faultfs_cpu_s: f64,
 }
 
-/// The header of `samples.csv`; columns are only ever added at the end.
+/// The header of `samples.csv.gz`; columns are only ever added at the end.
 pub const SAMPLES_HEADER: &str = "t_s,segment,up,rss_bytes,pss_bytes,anon_bytes,cgroup_bytes,cgroup_anon_bytes,cgroup_file_bytes,disk_bytes,cgroup_kernel_bytes,cgroup_shmem_bytes,cgroup_sock_bytes,memory_pressure_some_avg10,memory_pressure_full_avg10,memory_events_high,memory_events_max,soak_rss_bytes,soak_cpu_s,sampler_cpu_s,load_cpu_s,faultfs_cpu_s";
 
 impl Sample {
-    /// One line of `samples.csv` (a figure that could not be read is empty).
+    /// One line of `samples.csv.gz` (a figure that could not be read is empty).
     pub fn csv_line(&self) -> String {
         let opt = |v: Option<f64>| v.map(|v| format!("{v:.2}")).unwrap_or_default();
         let pss = if self.pss_carried {

@@ -1,5 +1,6 @@
-//! Scraping a node's Prometheus endpoint: every numeric series of every
-//! scrape goes to the cell's `metrics.csv` (`t_s,series,value`) as it comes.
+//! Scraping a node's Prometheus endpoint: the numeric series of its
+//! scrapes go to the cell's `metrics.csv.gz` (`t_s,series,value`; which
+//! rows, see [`super::Scraper`]).
 //!
 //! Through the one HTTP client ([`crate::net::http`]). `prometheus-parse`
 //! drops names with `:`, cuts label values at commas and skips lines it
