@@ -152,15 +152,6 @@ impl Store {
             }
             None => {
                 let mut opts = Options::default();
-                // Each writer inserts into the memtable on its own once the
-                // group's WAL write is done, instead of in the WAL's order:
-                // SET at pipeline 16 from 113-122k to 182-202k a second here.
-                // What is acknowledged is as durable (its WAL record is
-                // written, or fsynced, first) and visible to every later
-                // read (its insert is done before its reply); only
-                // snapshots lose their immutability, and soak-node takes
-                // none. An OPTIONS file decides this for itself.
-                opts.set_unordered_write(true);
                 let wbm = apply_flags(&mut opts, s, &cache);
                 (opts, vec![], wbm)
             }
