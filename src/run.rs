@@ -587,7 +587,8 @@ async fn run_cell(
     cell.finish().await;
     drop(cell);
     let (kept, scrapes) = telemetry.stop(&mut bus).await;
-    let samples = kept.samples();
+    let samples_taken = kept.taken();
+    let samples = kept.into_samples();
     if let Some(l) = load.as_mut() {
         if let Err(err) = l.close_log().await {
             bus.error(format!("latency.csv: {err}"));
@@ -629,7 +630,7 @@ async fn run_cell(
         load: load.as_ref().map(|l| l.stats()),
         windows: load.as_ref().map(|l| l.windows()).unwrap_or_default(),
         samples,
-        samples_taken: kept.taken(),
+        samples_taken,
         scrapes,
         cgroup,
         oom_kills,

@@ -402,10 +402,9 @@ impl Kept {
     }
 
     /// Every sample kept, the last one taken included.
-    pub fn samples(&self) -> Vec<Sample> {
-        let mut v = self.samples.clone();
-        v.extend(self.open.map(|(s, _)| s));
-        v
+    pub fn into_samples(mut self) -> Vec<Sample> {
+        self.samples.extend(self.open.map(|(s, _)| s));
+        self.samples
     }
 
     /// How many samples were taken.
@@ -656,7 +655,7 @@ mod tests {
         )
         .unwrap();
         tokio::time::sleep(Duration::from_millis(350)).await;
-        let samples = sampler.stop().await.samples();
+        let samples = sampler.stop().await.into_samples();
         assert!(samples.len() >= 2);
         assert!(
             samples
@@ -689,8 +688,8 @@ mod tests {
                 ..Sample::default()
             });
         }
-        let s = kept.samples();
         assert_eq!(kept.taken(), n);
+        let s = kept.into_samples();
         assert!(s.len() <= KEEP && s.len() > KEEP / 4, "{}", s.len());
         assert_eq!(s.iter().map(|x| x.rss).max(), Some(9_000));
         let last = s.last().unwrap();
