@@ -36,10 +36,8 @@ impl Drop for Node {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port on 127.0.0.1")
+    let [port] = soak::net::ports::free().expect("a free port on 127.0.0.1");
+    port
 }
 
 fn soak_node() -> PathBuf {

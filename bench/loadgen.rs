@@ -34,10 +34,8 @@ impl Drop for Redis {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port on 127.0.0.1")
+    let [port] = soak::net::ports::free().expect("a free port on 127.0.0.1");
+    port
 }
 
 /// redis-benchmark's requests per second for one test.

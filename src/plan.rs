@@ -205,14 +205,6 @@ pub fn folder(id: &str) -> String {
         .collect()
 }
 
-/// A free TCP port on the loopback, as the kernel hands them out.
-fn free_port() -> Result<u16, PlanError> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| PlanError::Environment(format!("no free port on 127.0.0.1: {e}")))
-}
-
 /// The cell's variables: the matrix's, and where it runs.
 fn variables(
     def: &CellDef,
@@ -221,10 +213,11 @@ fn variables(
     data_dir: &Path,
 ) -> Result<BTreeMap<String, String>, PlanError> {
     let mut vars = def.variables();
-    let (port, metrics) = if ctx.real_ports {
-        (free_port()?, free_port()?)
+    let [port, metrics] = if ctx.real_ports {
+        crate::net::ports::free()
+            .map_err(|e| PlanError::Environment(format!("no free port on 127.0.0.1: {e}")))?
     } else {
-        (6379, 9100)
+        [6379, 9100]
     };
     vars.insert("PORT".into(), port.to_string());
     vars.insert("METRICS_PORT".into(), metrics.to_string());

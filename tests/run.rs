@@ -802,14 +802,7 @@ fn of_many_kills_exactly_those_that_lost_writes_are_blamed() {
 fn reads_that_race_a_kill_are_never_counted_lost() {
     require_tool("python3", "python3");
     let dir = tempfile::tempdir().unwrap();
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
-    let (front, back) = (free(), free());
+    let [front, back] = soak::net::ports::free().unwrap();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let proxy_log = dir.path().join("proxy.log");
     let mut proxy = Command::new("python3")

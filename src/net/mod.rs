@@ -1,7 +1,9 @@
-//! What soak speaks on the wire: HTTP ([`http`]) and RESP ([`resp`]).
+//! What soak speaks on the wire: HTTP ([`http`]) and RESP ([`resp`]), and the
+//! ports nodes listen on ([`ports`]).
 //! The bottom layer: nothing of soak's below it.
 
 pub mod http;
+pub mod ports;
 pub mod resp;
 
 /// An error and its causes on one line ("client error (Connect): tcp
