@@ -123,19 +123,20 @@ fn oracle(d: &Drawn) -> bool {
     let y: Vec<f64> = d.pts.iter().zip(&d.known).map(|(p, k)| p.1 - k).collect();
     let n = y.len();
     let cut = d.step_at.filter(|k| (2..n - 2).contains(k));
-    let pieces: Vec<std::ops::Range<usize>> = match cut {
-        Some(k) => vec![0..k, k..n],
-        None => vec![0..n],
+    // Pieces as (start, end).
+    let pieces: Vec<(usize, usize)> = match cut {
+        Some(k) => vec![(0, k), (k, n)],
+        None => vec![(0, n)],
     };
     // Whitened rows: the slope's column, a level per piece, the value.
     let m = pieces.len();
     let head = (1.0 - PHI * PHI).sqrt();
     let mut rows: Vec<(Vec<f64>, f64)> = vec![];
-    for (j, r) in pieces.iter().enumerate() {
-        for i in r.clone() {
+    for (j, &(start, end)) in pieces.iter().enumerate() {
+        for i in start..end {
             let t = d.pts[i].0;
             let mut x = vec![0.0; 1 + m];
-            let v = if i == r.start {
+            let v = if i == start {
                 x[0] = head * t;
                 x[1 + j] = head;
                 head * y[i]
