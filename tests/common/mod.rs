@@ -28,6 +28,13 @@ pub fn npm_module(spec: &str) -> std::path::PathBuf {
     let npm = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/lint-tools/npm");
     let name = spec.rsplit_once('@').map_or(spec, |(n, _)| n);
     let module = npm.join("node_modules").join(name);
+    // One install at a time into the prefix, across threads and test
+    // binaries: two at once (both tests of tests/charts.rs on a fresh
+    // clone) failed with ENOTEMPTY as each rewrote the other's
+    // node_modules. The lock is released when the file is dropped.
+    std::fs::create_dir_all(&npm).unwrap();
+    let lock = std::fs::File::create(npm.join(".install.lock")).unwrap();
+    lock.lock().unwrap();
     if !module.join("package.json").exists() {
         require_tool("npm", "nodejs");
         let out = std::process::Command::new("npm")
@@ -38,7 +45,7 @@ pub fn npm_module(spec: &str) -> std::path::PathBuf {
             .unwrap();
         assert!(
             out.status.success(),
-            "npm install {spec} failed (the npm registry must be reachable): {}",
+            "npm install {spec} failed (the npm registry must be reachable; npm's log is in ~/.npm/_logs): {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
