@@ -34,7 +34,9 @@ pub fn npm_module(spec: &str) -> std::path::PathBuf {
     // node_modules. The lock is released when the file is dropped.
     std::fs::create_dir_all(&npm).unwrap();
     let lock = std::fs::File::create(npm.join(".install.lock")).unwrap();
-    lock.lock().unwrap();
+    // SAFETY: flock(2) on a descriptor `lock` owns for this whole call.
+    let locked = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
+    assert_eq!(locked, 0, "flock {}", std::io::Error::last_os_error());
     if !module.join("package.json").exists() {
         require_tool("npm", "nodejs");
         let out = std::process::Command::new("npm")
