@@ -233,6 +233,14 @@ fn main() {
         class("leak + long sawtooth", true, long, false, false, false),
         class("leak + step", true, None, true, false, false),
         class("leak + sawtooth + step", true, short, true, false, false),
+        class(
+            "leak + long sawtooth + step",
+            true,
+            long,
+            true,
+            false,
+            false,
+        ),
         class("leak + warm-up", true, None, false, false, true),
         class("noise", false, None, false, false, false),
         class("heavy noise", false, None, false, true, false),
@@ -242,6 +250,9 @@ fn main() {
         class("sawtooth + step", false, short, true, false, false),
         class("warm-up", false, None, false, false, true),
         class("warm-up + sawtooth", false, short, false, false, true),
+        // A JVM's long GC cycles beside a cache filling at once or slowly.
+        class("long sawtooth + step", false, long, true, false, false),
+        class("long sawtooth + warm-up", false, long, false, false, true),
     ];
     println!("Leak 2% of the limit per hour, threshold 1%/h, 30 min at 1 Hz, {trials} series per class.\n");
     println!("| series | truth | soak (cycle means, step or warm-up out, Theil-Sen + Mann-Kendall) | OLS slope threshold | oracle (the ceiling) |");
