@@ -640,6 +640,15 @@ mod tests {
         (0..n).map(|i| (i as f64, f(i as f64))).collect()
     }
 
+    /// Deterministic uniform noise in [0, 1), in steps of 0.001.
+    fn noise(seed: u64) -> impl FnMut() -> f64 {
+        let mut x = seed;
+        move || {
+            x = crate::workload::ledger::mix64(x);
+            (x % 1000) as f64 / 1000.0
+        }
+    }
+
     #[test]
     fn normal_cdf_known_values() {
         assert!((normal_cdf(0.0) - 0.5).abs() < 1e-7);
@@ -684,11 +693,7 @@ mod tests {
 
     #[test]
     fn a_one_off_step_is_not_growth_and_a_leak_across_it_is() {
-        let mut x: u64 = 11;
-        let mut noise = move || {
-            x = crate::workload::ledger::mix64(x);
-            (x % 1000) as f64 / 1000.0
-        };
+        let mut noise = noise(11);
         // Flat at 100 with noise of 1, a step of +20 at 700 s of 1800.
         let step = series(1800, |t| {
             100.0 + noise() + if t >= 700.0 { 20.0 } else { 0.0 }
@@ -788,11 +793,7 @@ mod tests {
 
     #[test]
     fn a_step_near_the_end_of_a_long_sawtooth_is_split_not_a_trend() {
-        let mut x: u64 = 5;
-        let mut noise = move || {
-            x = crate::workload::ledger::mix64(x);
-            (x % 1000) as f64 / 1000.0
-        };
+        let mut noise = noise(5);
         // A GC cycle of 150 s rising 30 (10 whole cycles in 30 minutes),
         // and a cache that fills by 20 at 1,400 s: in the last two cycles,
         // where five means a side could never split it.
