@@ -12,6 +12,7 @@ pub mod dist;
 pub mod ledger;
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -344,6 +345,8 @@ pub struct Engine {
     load: LoadThread,
     node_up: watch::Sender<bool>,
     shared: Arc<Mutex<Shared>>,
+    fence: watch::Sender<u64>,
+    passed: Arc<watch::Sender<Vec<u64>>>,
     running: Option<(watch::Sender<bool>, Vec<JoinHandle<()>>, Instant)>,
     log: Option<(watch::Sender<bool>, JoinHandle<std::io::Result<()>>)>,
 }
@@ -354,12 +357,15 @@ impl Engine {
             Ledger::new(cfg.keys, cfg.value_size, cfg.set, cfg.del, cfg.seed)
                 .with_compressibility(cfg.compressibility),
         );
+        let connections = cfg.connections;
         Engine {
             cfg,
             ledger,
             load: LoadThread::start(),
             node_up: watch::channel(true).0,
             shared: Default::default(),
+            fence: watch::channel(0).0,
+            passed: Arc::new(watch::channel(vec![0; connections]).0),
             running: None,
             log: None,
         }
@@ -397,6 +403,9 @@ impl Engine {
                     node_up: self.node_up.subscribe(),
                     stop: stop_rx.clone(),
                     shared: self.shared.clone(),
+                    fence: self.fence.subscribe(),
+                    passed: self.passed.clone(),
+                    settled: AtomicU64::new(0),
                 };
                 self.load.handle.spawn(conn.run())
             })
@@ -414,6 +423,21 @@ impl Engine {
             let _ = h.await;
         }
         self.shared.lock().expect("stats lock").total.active_s += started.elapsed().as_secs_f64();
+    }
+
+    /// Waits until every request sent so far is answered (or failed) and
+    /// counted, so that what comes after holds none of them: after a fault
+    /// is lifted, a request the fault held or failed is the fault's, not
+    /// the next phase's. Bounded by the requests' timeout.
+    pub async fn settle(&self) {
+        if self.running.is_none() {
+            return;
+        }
+        self.fence.send_modify(|n| *n += 1);
+        let n = *self.fence.borrow();
+        let mut passed = self.passed.subscribe();
+        let bound = self.cfg.timeout * 2 + Duration::from_secs(1);
+        let _ = tokio::time::timeout(bound, passed.wait_for(|p| p.iter().all(|&x| x >= n))).await;
     }
 
     /// Writes every key once, as fast as the node takes it: each connection
@@ -656,6 +680,12 @@ struct Conn {
     node_up: watch::Receiver<bool>,
     stop: watch::Receiver<bool>,
     shared: Arc<Mutex<Shared>>,
+    /// A fence's number ([`Engine::settle`]), and where each connection
+    /// says which fence it has passed.
+    fence: watch::Receiver<u64>,
+    passed: Arc<watch::Sender<Vec<u64>>>,
+    /// Requests answered or given up on a broken link, since the start.
+    settled: AtomicU64,
 }
 
 /// A request sent and not yet answered; replies come in the order sent.
@@ -742,9 +772,10 @@ impl Link {
 }
 
 /// Drops a broken link: its requests in flight failed, their writes in doubt.
-fn broken(link: &mut Option<Link>, local: &mut LoadStats) {
+fn broken(link: &mut Option<Link>, local: &mut LoadStats, settled: &AtomicU64) {
     if let Some(l) = link.take() {
         local.errors += l.pending.len() as u64;
+        settled.fetch_add(l.pending.len() as u64, Relaxed);
     }
 }
 
@@ -945,6 +976,7 @@ impl Conn {
             };
             used += n;
             let p = link.pending.pop_front().expect("checked");
+            self.settled.fetch_add(1, Relaxed);
             let ok = match (p.what, reply) {
                 (_, resp::Reply::Error(e)) => {
                     if local.error_reply.is_none() {
@@ -1041,7 +1073,7 @@ impl Conn {
             }
         }
         if l.flush_writes().is_err() {
-            broken(link, local);
+            broken(link, local, &self.settled);
         }
     }
 
@@ -1050,6 +1082,9 @@ impl Conn {
         let mut rng =
             rand::rngs::SmallRng::seed_from_u64(self.cfg.seed ^ ((self.index as u64 + 1) * 0x9E37));
         let mut stop = self.stop.clone();
+        let mut fence = self.fence.clone();
+        // The fence waited on, and how many requests must settle to pass it.
+        let mut fenced: Option<(u64, u64)> = None;
         let mut chooser = self.chooser();
         let mut link: Option<Link> = None;
         let mut lat: Vec<u64> = Vec::with_capacity(1024);
@@ -1087,6 +1122,10 @@ impl Conn {
             tokio::select! {
                 biased;
                 _ = stop.changed() => break,
+                _ = fence.changed() => {
+                    let n = *fence.borrow_and_update();
+                    fenced = Some((n, self.settled.load(Relaxed) + in_flight as u64));
+                }
                 _ = readable(&link), if in_flight > 0 => {
                     let l = link.as_mut().expect("readable");
                     let outcome = match l.fill_reads() {
@@ -1096,7 +1135,7 @@ impl Conn {
                         Err(e) => Err(e.to_string()),
                     };
                     if !matches!(outcome, Ok(true)) {
-                        broken(&mut link, &mut local);
+                        broken(&mut link, &mut local, &self.settled);
                     }
                     let now = Instant::now();
                     // A closed loop sends again as soon as replies come.
@@ -1106,7 +1145,7 @@ impl Conn {
                 }
                 _ = writable(&link), if unwritten => {
                     if link.as_mut().expect("writable").flush_writes().is_err() {
-                        broken(&mut link, &mut local);
+                        broken(&mut link, &mut local, &self.settled);
                     }
                 }
                 _ = timeouts.tick() => {
@@ -1117,7 +1156,7 @@ impl Conn {
                         .is_some_and(|p| now >= p.queued + self.cfg.timeout);
                     // The oldest request timed out: the link is not trusted.
                     if late {
-                        broken(&mut link, &mut local);
+                        broken(&mut link, &mut local, &self.settled);
                     }
                 }
                 _ = &mut tick, if in_flight < depth => {
@@ -1137,6 +1176,13 @@ impl Conn {
             if lat.len() >= 256 || flushed.elapsed() >= Duration::from_millis(10) {
                 self.flush(&mut local, &mut lat, &mut first_lost);
                 flushed = Instant::now();
+            }
+            if let Some((n, _)) = fenced.filter(|(_, t)| self.settled.load(Relaxed) >= *t) {
+                self.flush(&mut local, &mut lat, &mut first_lost);
+                flushed = Instant::now();
+                self.passed
+                    .send_modify(|p| p[self.index] = p[self.index].max(n));
+                fenced = None;
             }
         }
         // Let what is in flight settle, each request within its timeout.
@@ -1163,7 +1209,7 @@ impl Conn {
             })
             .await;
             if !matches!(done, Ok(Ok(true))) || !l.pending.is_empty() {
-                broken(&mut link, &mut local);
+                broken(&mut link, &mut local, &self.settled);
             }
         }
         self.flush(&mut local, &mut lat, &mut first_lost);
@@ -1174,25 +1220,29 @@ impl Conn {
 mod tests {
     use super::*;
 
-    #[test]
-    fn connections_own_disjoint_keys_covering_the_space() {
-        let cfg = LoadConfig {
-            target: String::new(),
+    fn config(target: String, set: f64, rate: f64, connections: usize) -> LoadConfig {
+        LoadConfig {
+            target,
             keys: 10,
             value_size: (8, 8),
             compressibility: None,
-            set: 1.0,
-            get: 0.0,
+            set,
+            get: 1.0 - set,
             del: 0.0,
             mget: 0.0,
             mget_keys: 10,
-            rate: Some(10.0),
+            rate: Some(rate),
             pipeline: 1,
-            connections: 3,
-            timeout: Duration::from_secs(1),
+            connections,
+            timeout: Duration::from_secs(5),
             seed: 1,
             distribution: dist::Distribution::Uniform,
-        };
+        }
+    }
+
+    #[test]
+    fn connections_own_disjoint_keys_covering_the_space() {
+        let cfg = config(String::new(), 1.0, 10.0, 3);
         let mut seen = std::collections::BTreeSet::new();
         for index in 0..3 {
             let conn = Conn {
@@ -1202,6 +1252,9 @@ mod tests {
                 node_up: watch::channel(true).1,
                 stop: watch::channel(false).1,
                 shared: Default::default(),
+                fence: watch::channel(0).1,
+                passed: Arc::new(watch::channel(vec![0; 3]).0),
+                settled: AtomicU64::new(0),
             };
             let mut rng = rand::rngs::SmallRng::seed_from_u64(index as u64);
             let mut chooser = conn.chooser();
@@ -1213,5 +1266,122 @@ mod tests {
             }
         }
         assert_eq!(seen.len(), 10);
+    }
+
+    /// A node that fails the GETs it took while a fault held, and answers
+    /// them late, after the fault is lifted; the GETs after the lift
+    /// succeed. Returns its address, a way to lift the fault, and how many
+    /// GETs it failed.
+    struct LateFailures {
+        addr: std::net::SocketAddr,
+        state: Arc<(Mutex<Gets>, std::sync::Condvar)>,
+        writer: Arc<Mutex<Option<std::net::TcpStream>>>,
+    }
+
+    /// What the node did with the GETs.
+    #[derive(Default)]
+    struct Gets {
+        lifted: bool,
+        /// Taken under the fault (failed late).
+        failed: u64,
+        /// Taken after the lift, and answered.
+        answered: u64,
+    }
+
+    impl LateFailures {
+        fn start() -> LateFailures {
+            use std::io::{Read, Write};
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let state = Arc::new((Mutex::new(Gets::default()), std::sync::Condvar::new()));
+            let writer = Arc::new(Mutex::new(None::<std::net::TcpStream>));
+            let (st, w) = (state.clone(), writer.clone());
+            std::thread::spawn(move || {
+                let (mut sock, _) = listener.accept().unwrap();
+                *w.lock().unwrap() = Some(sock.try_clone().unwrap());
+                let mut buf = vec![0u8; 1 << 16];
+                let mut carry = Vec::new();
+                while let Ok(n) = sock.read(&mut buf) {
+                    if n == 0 {
+                        return;
+                    }
+                    carry.extend_from_slice(&buf[..n]);
+                    let gets = carry.windows(5).filter(|x| x == b"GET\r\n").count();
+                    carry.drain(..carry.len().saturating_sub(4));
+                    // Replies go out under the writer's lock, in order.
+                    let mut out = w.lock().unwrap();
+                    let (m, cv) = &*st;
+                    let mut s = m.lock().unwrap();
+                    if s.lifted {
+                        s.answered += gets as u64;
+                        let _ = out.as_mut().unwrap().write_all(&b"$-1\r\n".repeat(gets));
+                    } else {
+                        s.failed += gets as u64;
+                    }
+                    cv.notify_all();
+                }
+            });
+            LateFailures {
+                addr,
+                state,
+                writer,
+            }
+        }
+
+        fn wait_until(&self, f: impl Fn(&Gets) -> bool) {
+            let (m, cv) = &*self.state;
+            let _g = cv.wait_while(m.lock().unwrap(), |s| !f(s)).unwrap();
+        }
+
+        /// Lifts the fault; the GETs it held fail 50 ms later.
+        fn lift(&self) -> u64 {
+            use std::io::Write;
+            let out = self.writer.lock().unwrap();
+            let held = {
+                let mut s = self.state.0.lock().unwrap();
+                s.lifted = true;
+                s.failed
+            };
+            let w = self.writer.clone();
+            let late = out.as_ref().unwrap().try_clone().unwrap();
+            drop(out);
+            // Hold the writer until the late replies are out, so that the
+            // GETs after the lift are answered after them.
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _g = w.lock().unwrap();
+                tx.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+                let _ = (&late).write_all(&b"-ERR fault\r\n".repeat(held as usize));
+            });
+            rx.recv().unwrap();
+            held
+        }
+    }
+
+    /// After a lift, `settle` holds back until the replies to what was
+    /// sent before it are counted: a request the fault failed late is the
+    /// fault's, and the load after the lift counts no error.
+    #[test]
+    fn settle_counts_the_replies_to_what_was_sent_before_it() {
+        let node = LateFailures::start();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut load = Engine::new(config(node.addr.to_string(), 0.0, 200.0, 1));
+        load.resume();
+        node.wait_until(|s| s.failed >= 3);
+        let held = node.lift();
+        rt.block_on(load.settle());
+        let at_lift = load.stats();
+        assert_eq!(at_lift.errors, held, "{:?}", at_lift.summary());
+        // GETs the node takes from here on are answered after `at_lift`.
+        let answered = node.state.0.lock().unwrap().answered;
+        node.wait_until(|s| s.answered >= answered + 5);
+        rt.block_on(load.pause());
+        let after = load.stats().since(&at_lift);
+        assert_eq!(after.errors, 0, "{:?}", after.summary());
+        assert!(after.gets_ok >= 5, "{:?}", after.summary());
     }
 }
