@@ -106,6 +106,23 @@ fn a_node_that_outgrows_its_limit_is_oom_killed_and_restarted() {
     assert_eq!(check(&run, "oom_kills").verdict, Verdict::Fail);
 }
 
+/// A real node OOM-killed by its cgroup while it starts again after a
+/// kill (its recovery outgrows the limit) is a death in the same outage,
+/// and the start after it comes back: not a node that failed to start
+/// (exit 3). One restart, the kill's; nothing acknowledged lost.
+#[test]
+fn an_oom_kill_while_the_node_starts_again_is_a_death_not_a_failed_start() {
+    let run = soak_run("tests/suites/oom-restart.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = run.cell();
+    assert_eq!(c.memory.oom_kills, 1, "{:?}", c.memory);
+    assert_eq!(c.restarts.len(), 1, "{:?}", c.restarts);
+    assert_eq!(c.restarts[0].reason, Cause::Kill, "{:?}", c.restarts);
+    assert!(run.stderr().contains("oom-killed"), "{}", run.stderr());
+    assert_eq!((c.integrity.lost, c.integrity.corrupted), (0, 0));
+    assert!(c.integrity.verified > 0, "{:?}", c.integrity);
+}
+
 /// A reproduction suite: the incident is expected in one cell (`expect:
 /// { oom_kills: ">= 1" }`) and not in the cell with the fix, and the suite
 /// passes when both come true. The same suite expecting the incident where

@@ -142,9 +142,12 @@ pub enum DriverError {
         log: PathBuf,
         tail: String,
     },
-    #[error("the node exited ({status}) before it was ready. Last lines of {log}:\n{tail}", log = log.display())]
+    #[error("the node exited ({status}{}) before it was ready. Last lines of {log}:\n{tail}", if *oom { ", OOM-killed under its memory limit" } else { "" }, log = log.display())]
     ExitedBeforeReady {
         status: String,
+        /// The kernel killed it for memory (its cgroup, or the engine,
+        /// says so): a finding about the node, not a start that failed.
+        oom: bool,
         log: PathBuf,
         tail: String,
     },

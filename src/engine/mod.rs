@@ -206,6 +206,8 @@ impl<'a, N: Node> Cell<'a, N> {
     /// under that read-back is restarted and read back again.
     async fn start(&mut self) -> Result<u64, CellError> {
         let mut resume = false;
+        // OOM kills before the node got ready again (see below).
+        let mut starting_deaths = 0;
         loop {
             let down = self.down.take().unwrap_or(Down {
                 cause: Cause::Stop,
@@ -222,7 +224,20 @@ impl<'a, N: Node> Cell<'a, N> {
             // that restart's.
             self.close_reads_window();
             self.target.segment.fetch_add(1, Relaxed);
-            let ready = self.node.start().await?;
+            let ready = match self.node.start().await {
+                Ok(ready) => ready,
+                // Killed for memory while it started (replaying its log,
+                // filling a cache): a death like any other, not a start
+                // that failed; restarts are bounded as for any death.
+                Err(DriverError::ExitedBeforeReady {
+                    oom: true, status, ..
+                }) if down.cause.unclean() => {
+                    starting_deaths += 1;
+                    self.died_starting(down, status, starting_deaths)?;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
             self.set_up(true);
             let after_ms = ready.as_millis() as u64;
             self.bus.emit(Event::Ready {
@@ -267,6 +282,22 @@ impl<'a, N: Node> Cell<'a, N> {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+
+    /// The node was OOM-killed before it got ready again after `down`: a
+    /// death of its own (the `n`th of this start, counted toward the crash
+    /// loop), in the same outage: the restart is still `down`'s.
+    fn died_starting(&mut self, down: Down, exit: String, n: usize) -> Result<(), CellError> {
+        self.bus.emit(Event::Died {
+            cause: Cause::Oom,
+            exit,
+        });
+        let unexpected = self.bus.recorder.unexpected_deaths() + n;
+        if unexpected >= MAX_UNEXPECTED_RESTARTS {
+            return Err(CellError::CrashLoop(unexpected));
+        }
+        self.down = Some(down);
+        Ok(())
     }
 
     /// If the node died on its own: records why (for the restart), and
@@ -380,6 +411,15 @@ impl<'a, N: Node> Cell<'a, N> {
     async fn pause_load(&mut self) {
         if let Some(l) = self.load.as_deref_mut() {
             l.pause().await;
+        }
+    }
+
+    /// After a fault is lifted: the requests it held or failed settle and
+    /// are counted in this phase, not in the next one (which would read
+    /// them as failures after the fault).
+    async fn settle_load(&self) {
+        if let Some(l) = self.load.as_deref() {
+            l.settle().await;
         }
     }
 
@@ -544,7 +584,11 @@ impl<'a, N: Node> Cell<'a, N> {
         } else {
             Event::FaultSet { fault }
         });
-        Ok(format!("{d} ({} used)", crate::units::Bytes(disk.used())))
+        let used = disk.used();
+        if d.is_lift() {
+            self.settle_load().await;
+        }
+        Ok(format!("{d} ({} used)", crate::units::Bytes(used)))
     }
 
     async fn exec(&mut self, e: &ExecSpec) -> Result<String, CellError> {
@@ -961,7 +1005,13 @@ impl<'a, N: Node> Cell<'a, N> {
                 Ok("waited".into())
             }
             Phase::Kill(sig) => self.kill(sig.0, Cause::Kill).await,
-            Phase::Network(n) => self.network(n),
+            Phase::Network(n) => {
+                let done = self.network(n)?;
+                if n.is_clear() {
+                    self.settle_load().await;
+                }
+                Ok(done)
+            }
             Phase::Disk(d) => self.disk_fault(d).await,
             Phase::Start => {
                 let ms = self.start().await?;

@@ -29,6 +29,8 @@ enum Life {
     DiesWhen(Arc<tokio::sync::Notify>, Death),
     /// Never gets ready: the start fails.
     Refuses,
+    /// OOM-killed before it gets ready.
+    OomStarting,
 }
 
 /// What the fake node was asked to do, for the tests to check.
@@ -84,9 +86,11 @@ impl Node for FakeNode {
         };
         let life = (self.life)(&self.launch.argv, n);
         tokio::time::sleep(Duration::from_millis(50)).await;
-        if let Life::Refuses = life {
+        if let Life::Refuses | Life::OomStarting = life {
+            let oom = matches!(life, Life::OomStarting);
             return Err(DriverError::ExitedBeforeReady {
-                status: "exit code 1".into(),
+                status: if oom { "signal 9" } else { "exit code 1" }.into(),
+                oom,
                 log: "node.log".into(),
                 tail: "refusing a newer database".into(),
             });
@@ -288,6 +292,53 @@ async fn a_node_that_keeps_dying_ends_the_cell_at_the_crash_loop_limit() {
     // Fifty deaths a second apart, each restarted: not ten hours.
     let last = r.seen.0.lock().unwrap().last().unwrap().0;
     assert!(last < 120.0, "{last}");
+}
+
+/// Killed for memory again while it restarts after an OOM kill (the
+/// incident's cache refilling as it replays): the same outage, one
+/// restart from the first death, not a start that failed.
+#[tokio::test(start_paused = true)]
+async fn an_oom_kill_while_restarting_is_the_same_outage_not_a_failed_start() {
+    let node = FakeNode::new(|_, n| match n {
+        1 => Life::Dies(Duration::from_secs(3), Death::Oom),
+        2 => Life::OomStarting,
+        _ => Life::Long,
+    });
+    let r = run(node, "- run: 10s", None).await;
+    assert!(r.result.is_ok(), "{:?}", r.result);
+    assert_eq!(r.calls.lock().unwrap().starts.len(), 3);
+    let restarts = &r.bus.recorder.restarts;
+    assert_eq!(restarts.len(), 1, "{restarts:?}");
+    assert_eq!(restarts[0].reason, Cause::Oom);
+    // Down since the first kill, at 3 s (and the first start's 50 ms).
+    assert!((restarts[0].at_s - 3.05).abs() < 0.01, "{restarts:?}");
+    let seen = r.seen.0.lock().unwrap();
+    let kills = seen
+        .iter()
+        .filter(|(_, e)| e.contains("oom-killed"))
+        .count();
+    assert_eq!(kills, 2, "{seen:?}");
+}
+
+/// A node that is OOM-killed every time it starts again is a crash loop,
+/// bounded like any other.
+#[tokio::test(start_paused = true)]
+async fn a_node_oom_killed_at_every_restart_ends_at_the_crash_loop_limit() {
+    let node = FakeNode::new(|_, n| match n {
+        1 => Life::Dies(Duration::from_secs(3), Death::Oom),
+        _ => Life::OomStarting,
+    });
+    let r = run(node, "- run: 10s", None).await;
+    assert!(
+        matches!(r.result, Err(CellError::CrashLoop(n)) if n == MAX_UNEXPECTED_RESTARTS),
+        "{:?}",
+        r.result
+    );
+    // The first start, then one start again per death.
+    assert_eq!(
+        r.calls.lock().unwrap().starts.len(),
+        MAX_UNEXPECTED_RESTARTS + 1
+    );
 }
 
 #[tokio::test(start_paused = true)]
