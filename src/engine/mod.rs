@@ -288,15 +288,19 @@ impl<'a, N: Node> Cell<'a, N> {
     /// death of its own (the `n`th of this start, counted toward the crash
     /// loop), in the same outage: the restart is still `down`'s.
     fn died_starting(&mut self, down: Down, exit: String, n: usize) -> Result<(), CellError> {
-        self.bus.emit(Event::Died {
-            cause: Cause::Oom,
-            exit,
-        });
-        let unexpected = self.bus.recorder.unexpected_deaths() + n;
+        self.died(Cause::Oom, exit, n)?;
+        self.down = Some(down);
+        Ok(())
+    }
+
+    /// Tells of a death soak did not cause; too many of them, with the
+    /// `unrecorded` ones no restart holds yet, end the cell.
+    fn died(&mut self, cause: Cause, exit: String, unrecorded: usize) -> Result<(), CellError> {
+        self.bus.emit(Event::Died { cause, exit });
+        let unexpected = self.bus.recorder.unexpected_deaths() + unrecorded;
         if unexpected >= MAX_UNEXPECTED_RESTARTS {
             return Err(CellError::CrashLoop(unexpected));
         }
-        self.down = Some(down);
         Ok(())
     }
 
@@ -317,14 +321,7 @@ impl<'a, N: Node> Cell<'a, N> {
             }
         };
         let at_s = self.bus.t();
-        self.bus.emit(Event::Died {
-            cause,
-            exit: exit.to_string(),
-        });
-        let unexpected = self.bus.recorder.unexpected_deaths();
-        if unexpected >= MAX_UNEXPECTED_RESTARTS {
-            return Err(CellError::CrashLoop(unexpected));
-        }
+        self.died(cause, exit.to_string(), 0)?;
         self.down = Some(Down {
             cause,
             at_s,
