@@ -95,13 +95,8 @@ pub async fn await_ready(
 }
 
 /// The error of a start that did not get ready, with the last lines this
-/// start wrote to the node's log.
-pub fn not_ready(spec: &Spec, log_from: u64, why: NotReady) -> DriverError {
-    not_ready_oom(spec, log_from, why, false)
-}
-
-/// The same, for a node the kernel killed for memory (`oom`) or not.
-pub fn not_ready_oom(spec: &Spec, log_from: u64, why: NotReady, oom: bool) -> DriverError {
+/// start wrote to the node's log; `oom`: the kernel killed it for memory.
+pub fn not_ready(spec: &Spec, log_from: u64, why: NotReady, oom: bool) -> DriverError {
     let tail = tail_from(&spec.log, log_from, 20);
     match why {
         NotReady::Exited(e) => DriverError::ExitedBeforeReady {
@@ -279,11 +274,11 @@ impl ProcessNode {
             Ok(took) => Ok(took),
             Err(why @ NotReady::Exited(_)) => {
                 let oom = self.classify_death() == Death::Oom;
-                Err(not_ready_oom(&self.spec, log_from, why, oom))
+                Err(not_ready(&self.spec, log_from, why, oom))
             }
             Err(why) => {
                 self.kill_now().await;
-                Err(not_ready(&self.spec, log_from, why))
+                Err(not_ready(&self.spec, log_from, why, false))
             }
         }
     }

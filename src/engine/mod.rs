@@ -581,11 +581,7 @@ impl<'a, N: Node> Cell<'a, N> {
         } else {
             Event::FaultSet { fault }
         });
-        let used = disk.used();
-        if d.is_lift() {
-            self.settle_load().await;
-        }
-        Ok(format!("{d} ({} used)", crate::units::Bytes(used)))
+        Ok(format!("{d} ({} used)", crate::units::Bytes(disk.used())))
     }
 
     async fn exec(&mut self, e: &ExecSpec) -> Result<String, CellError> {
@@ -1002,13 +998,7 @@ impl<'a, N: Node> Cell<'a, N> {
                 Ok("waited".into())
             }
             Phase::Kill(sig) => self.kill(sig.0, Cause::Kill).await,
-            Phase::Network(n) => {
-                let done = self.network(n)?;
-                if n.is_clear() {
-                    self.settle_load().await;
-                }
-                Ok(done)
-            }
+            Phase::Network(n) => self.network(n),
             Phase::Disk(d) => self.disk_fault(d).await,
             Phase::Start => {
                 let ms = self.start().await?;
@@ -1066,6 +1056,9 @@ impl<'a, N: Node> Cell<'a, N> {
                 phase: p.to_string(),
             });
             let outcome = self.run_phase(p).await;
+            if outcome.is_ok() && p.lifts_fault() {
+                self.settle_load().await;
+            }
             let after = self.load.as_deref().map(|l| l.stats());
             let load = match (&before, &after) {
                 (Some(b), Some(a)) => {

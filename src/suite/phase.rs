@@ -702,6 +702,16 @@ impl Phase {
             Phase::Disk(d) => d.word(),
         }
     }
+
+    /// Whether this phase lifts a fault (`- io_errors: clear`,
+    /// `- disk_full: false`, `- network: clear`, ...).
+    pub fn lifts_fault(&self) -> bool {
+        match self {
+            Phase::Network(n) => n.is_clear(),
+            Phase::Disk(d) => d.is_lift(),
+            _ => false,
+        }
+    }
 }
 
 impl fmt::Display for Phase {

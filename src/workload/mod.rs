@@ -1180,8 +1180,7 @@ impl Conn {
             if let Some((n, _)) = fenced.filter(|(_, t)| self.settled.load(Relaxed) >= *t) {
                 self.flush(&mut local, &mut lat, &mut first_lost);
                 flushed = Instant::now();
-                self.passed
-                    .send_modify(|p| p[self.index] = p[self.index].max(n));
+                self.passed.send_modify(|p| p[self.index] = n);
                 fenced = None;
             }
         }
@@ -1270,8 +1269,7 @@ mod tests {
 
     /// A node that fails the GETs it took while a fault held, and answers
     /// them late, after the fault is lifted; the GETs after the lift
-    /// succeed. Returns its address, a way to lift the fault, and how many
-    /// GETs it failed.
+    /// succeed.
     struct LateFailures {
         addr: std::net::SocketAddr,
         state: Arc<(Mutex<Gets>, std::sync::Condvar)>,

@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::engine::{self, Engine};
-use crate::driver::process::{await_ready, not_ready, not_ready_oom, NotReady, Spec};
+use crate::driver::process::{await_ready, not_ready, NotReady, Spec};
 use crate::driver::{Death, DriverError, EngineMemory, Exit, Exited, Launch, Node};
 
 /// Labels every container of soak carries.
@@ -379,12 +379,12 @@ impl Node for ContainerNode {
                 if let Some(c) = self.current.take() {
                     let _ = tokio::time::timeout(Duration::from_secs(5), c.logs).await;
                 }
-                Err(not_ready_oom(&self.spec, log_from, why, oom))
+                Err(not_ready(&self.spec, log_from, why, oom))
             }
             Err(why) => {
                 let _ = self.kill(Signal::SIGKILL).await;
                 self.current = None;
-                Err(not_ready(&self.spec, log_from, why))
+                Err(not_ready(&self.spec, log_from, why, false))
             }
         }
     }
