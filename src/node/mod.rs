@@ -32,8 +32,8 @@ fn on_off(s: &str) -> Result<bool, String> {
 
 const CODECS: [&str; 4] = ["none", "snappy", "lz4", "zstd"];
 
-/// Storage options. Without `--options-file` the defaults are RocksDB's own
-/// (with the block cache below). `--options-file` is the alternative to the
+/// Storage options. Without `--options-file` the defaults are RocksDB's own,
+/// but for the block cache and the memtable size below. `--options-file` is the alternative to the
 /// other storage flags (only --block-cache, --wal and --sync go with it).
 #[derive(Debug, Clone, Args)]
 pub struct StorageArgs {
@@ -43,7 +43,8 @@ pub struct StorageArgs {
     /// Keep index and filter blocks in the block cache (charged to it) instead of the heap.
     #[arg(long, num_args = 0..=1, default_missing_value = "on", value_parser = on_off, help_heading = "Storage")]
     pub cache_index_and_filter_blocks: Option<bool>,
-    /// Memtable size, e.g. 64MiB.
+    /// Memtable size, e.g. 64MiB [default: 16MiB, Kafka Streams' store default;
+    /// RocksDB's own is 64MiB].
     #[arg(long, value_parser = size, help_heading = "Storage")]
     pub write_buffer_size: Option<u64>,
     /// Most memtables per column family.
