@@ -837,6 +837,7 @@ fn assemble(
             ops_per_s: m.load.as_ref().map(|l| l.ops_per_s()),
             latency_us: m.load.as_ref().map(|l| &l.latency_us),
             execs: &rec.execs,
+            upgrades: &rec.upgrades,
             phases: &rec.phases,
             windows: &m.windows,
             samples: &m.samples,

@@ -1138,6 +1138,29 @@ fn a_killed_run_of_a_node_without_persistence_shows_its_losses_in_soak_verify() 
 }
 
 #[test]
+fn a_refused_upgrade_fails_its_check_and_the_version_before_runs_on() {
+    let run = soak_run("tests/suites/refused-upgrade.yaml", &[]);
+    // A finding about the release (exit 1), not the environment's error.
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let cell = run.cell();
+    let up = &cell.upgrades[0];
+    assert_eq!(up.outcome, SwapOutcome::Refused, "{up:?}");
+    let failed = check(&run, "upgrade node -> next");
+    assert_eq!(failed.verdict, Verdict::Fail, "{failed:?}");
+    let detail = failed.detail.as_deref().unwrap();
+    // In RocksDB 7.8's own words.
+    assert!(detail.contains("unsupported format_version"), "{detail}");
+    // soak-node ran the last phase and read back every key.
+    assert_eq!(cell.phases.len(), 3, "{:?}", cell.phases);
+    assert!(cell.integrity.verified > 500, "{:?}", cell.integrity);
+    assert_eq!(cell.integrity.lost, 0, "{:?}", cell.integrity);
+    assert_eq!(check(&run, "lost_writes").verdict, Verdict::Pass);
+    let report =
+        std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+    assert!(report.contains("upgrade node -> next"), "{report}");
+}
+
+#[test]
 fn an_upgrade_is_verified_and_a_refused_downgrade_is_reported_with_its_reason() {
     let run = soak_run("tests/suites/upgrade.yaml", &[]);
     assert_eq!(run.code(), 0, "{}", run.stderr());

@@ -158,3 +158,15 @@ pub enum DriverError {
     #[error("{0}")]
     Io(String),
 }
+
+impl DriverError {
+    /// The node started and ended its own start: it exited or never got
+    /// ready. What a version swap records as a refusal, where a program
+    /// that cannot be run is the suite's error.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            DriverError::NeverReady { .. } | DriverError::ExitedBeforeReady { .. }
+        )
+    }
+}

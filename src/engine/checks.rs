@@ -8,7 +8,7 @@ use serde_json::Value;
 use crate::analysis::GROWTH_ALPHA;
 use crate::model::{
     CheckResult, ExecResult, Integrity, LoadSummary, MemorySummary, PhaseRecord, Restart,
-    SeriesAnalysis, Verdict, WindowLoad,
+    SeriesAnalysis, Swap, SwapOutcome, UpgradeRecord, Verdict, WindowLoad,
 };
 use crate::suite::checks::{scope_text, PhaseRef};
 use crate::suite::checks::{
@@ -28,6 +28,8 @@ pub struct Measured<'a> {
     pub ops_per_s: Option<f64>,
     pub latency_us: Option<&'a Histogram<u64>>,
     pub execs: &'a [ExecResult],
+    /// Every upgrade and downgrade, as it went.
+    pub upgrades: &'a [UpgradeRecord],
     pub phases: &'a [PhaseRecord],
     /// The load of every window the windowed checks asked for.
     pub windows: &'a [WindowLoad],
@@ -111,7 +113,30 @@ pub fn evaluate(c: &Checks, m: &Measured) -> Vec<CheckResult> {
     for (i, e) in m.execs.iter().enumerate() {
         out.extend(exec(i + 1, e));
     }
+    out.extend(m.upgrades.iter().filter_map(refused_upgrade));
     out
+}
+
+/// An upgrade whose new version refused to start: a failed check of its
+/// own, whatever the suite asked, as a failed `exec` is. A release that
+/// cannot open its predecessor's database is the finding an upgrade phase
+/// exists for. A refused downgrade is recorded only: old versions refuse
+/// newer databases by design, and the suite says whether it expects that.
+fn refused_upgrade(u: &UpgradeRecord) -> Option<CheckResult> {
+    (u.kind == Swap::Upgrade && u.outcome == SwapOutcome::Refused).then(|| CheckResult {
+        name: format!("upgrade {} -> {}", u.from, u.to),
+        verdict: Verdict::Fail,
+        value: "refused".into(),
+        limit: "started".into(),
+        detail: Some(format!(
+            "{} refused to start on the database {} left ({}); {} was started again",
+            u.to,
+            u.from,
+            u.reason.as_deref().unwrap_or("no reason given"),
+            u.from
+        )),
+        unit: String::new(),
+    })
 }
 
 /// A part of the run a scoped check judges: a phase, or a window.
@@ -631,6 +656,42 @@ mod tests {
             .collect()
     }
 
+    #[test]
+    fn a_refused_upgrade_fails_a_check_of_its_own_and_a_refused_downgrade_does_not() {
+        let swap = |kind, outcome| UpgradeRecord {
+            kind,
+            from: "v1".into(),
+            to: "v2".into(),
+            at_s: 10.0,
+            outcome,
+            reason: Some("Corruption: unsupported format_version 7".into()),
+            ready_after_ms: None,
+            integrity: None,
+            before: None,
+            after: None,
+            options_changed: vec![],
+        };
+        let ups = [
+            swap(Swap::Upgrade, SwapOutcome::Verified),
+            swap(Swap::Downgrade, SwapOutcome::Refused),
+            swap(Swap::Upgrade, SwapOutcome::Refused),
+        ];
+        let (i, m) = (Integrity::default(), MemorySummary::default());
+        let out = evaluate(
+            &checks("{}"),
+            &Measured {
+                upgrades: &ups,
+                ..nothing(&i, &m)
+            },
+        );
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].name, "upgrade v1 -> v2");
+        assert_eq!(out[0].verdict, Verdict::Fail);
+        let detail = out[0].detail.as_deref().unwrap();
+        assert!(detail.contains("unsupported format_version 7"), "{detail}");
+        assert!(detail.contains("v1 was started again"), "{detail}");
+    }
+
     fn nothing<'a>(i: &'a Integrity, m: &'a MemorySummary) -> Measured<'a> {
         Measured {
             integrity: i,
@@ -639,6 +700,7 @@ mod tests {
             ops_per_s: None,
             latency_us: None,
             execs: &[],
+            upgrades: &[],
             phases: &[],
             windows: &[],
             samples: &[],

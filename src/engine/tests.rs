@@ -391,7 +391,7 @@ async fn a_refused_downgrade_is_recorded_and_rolled_forward() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_refused_upgrade_ends_the_cell() {
+async fn a_refused_upgrade_is_recorded_and_the_version_before_runs_on() {
     let node = FakeNode::new(|argv, _| {
         if argv[0] == "old" {
             Life::Refuses
@@ -400,12 +400,21 @@ async fn a_refused_upgrade_ends_the_cell() {
         }
     });
     let r = run(node, "- upgrade: old\n- run: 5s", None).await;
-    assert!(
-        matches!(r.result, Err(CellError::Driver(_))),
-        "{:?}",
-        r.result
+    // Not the environment's error: the upgrade's check fails on the record.
+    r.result.unwrap();
+    let up = &r.bus.recorder.upgrades;
+    assert_eq!(
+        (up[0].kind, up[0].outcome),
+        (Swap::Upgrade, SwapOutcome::Refused)
     );
-    assert_eq!(r.bus.recorder.phases.len(), 1);
+    assert!(up[0]
+        .reason
+        .as_deref()
+        .unwrap()
+        .contains("refusing a newer database"));
+    let starts = r.calls.lock().unwrap().starts.clone();
+    assert_eq!(starts, [vec!["new"], vec!["old"], vec!["new"]]);
+    assert_eq!(r.bus.recorder.phases.len(), 2);
 }
 
 #[tokio::test(start_paused = true)]
