@@ -419,48 +419,52 @@ fn unsawn(s: Vec<(f64, f64)>) -> (Vec<(f64, f64)>, Shaping) {
 /// Whether a sawtooth's cycles are long: at least `LONG_CYCLE` samples
 /// in the median cycle.
 fn long_cycles(drops: &[usize]) -> bool {
-    let mut len: Vec<f64> = drops.windows(2).map(|w| (w[1] - w[0]) as f64).collect();
-    len.sort_by(|a, b| a.total_cmp(b));
-    median_sorted(&len) >= LONG_CYCLE
+    let at: Vec<f64> = drops.iter().map(|&k| k as f64).collect();
+    median_gap(&at) >= LONG_CYCLE
 }
 
-/// The samples from the first drop on, less a common ramp: y = a + b t +
-/// r age, where age is the time since the last drop, fitted by least
-/// squares, and r age taken out. What is left is the post-collection
-/// level at every sample, not only once a cycle. Each drop is first moved
-/// to the largest one-sample fall near it (`drops` finds it on a running
-/// median, which may place it a sample or two off, and a sample at the top
-/// of a ramp read as the start of the next would be off by the whole ramp).
+/// The median gap between consecutive values.
+fn median_gap(v: &[f64]) -> f64 {
+    let mut gap: Vec<f64> = v.windows(2).map(|w| w[1] - w[0]).collect();
+    gap.sort_by(|a, b| a.total_cmp(b));
+    median_sorted(&gap)
+}
+
+/// Every sample less a common ramp: y = a + b t + r age, where age is the
+/// time since the last drop, fitted by least squares, and r age taken
+/// out. What is left is the post-collection level at every sample, not
+/// only once a cycle. Before the first drop, age counts from a median
+/// cycle before it. Each drop is first moved to the largest one-sample
+/// fall near it (`drops` finds it on a running median, which may place it
+/// a sample or two off, and a sample at the top of a ramp read as the
+/// start of the next would be off by the whole ramp).
 fn ramp_free(pts: &[(f64, f64)], drops: &[usize]) -> Option<Vec<(f64, f64)>> {
     let n = pts.len();
+    let fall = |i: usize| pts[i - 1].1 - pts[i].1;
     let at: Vec<usize> = drops
         .iter()
         .map(|&k| {
             (k.saturating_sub(3).max(1)..(k + 4).min(n))
-                .max_by(|a, b| (pts[*a - 1].1 - pts[*a].1).total_cmp(&(pts[*b - 1].1 - pts[*b].1)))
+                .max_by(|a, b| fall(*a).total_cmp(&fall(*b)))
                 .unwrap_or(k)
         })
         .collect();
-    let mut len: Vec<f64> = at.windows(2).map(|w| pts[w[1]].0 - pts[w[0]].0).collect();
-    len.sort_by(|a, b| a.total_cmp(b));
-    let cycle = median_sorted(&len);
-    let from = 0;
-    let mut age = Vec::with_capacity(n - from);
-    let mut last = pts[*at.first()?].0 - cycle;
+    let times: Vec<f64> = at.iter().map(|&k| pts[k].0).collect();
+    let mut last = times.first()? - median_gap(&times);
     let mut next = 0;
-    for i in from..n {
+    let mut age = Vec::with_capacity(n);
+    for (i, p) in pts.iter().enumerate() {
         if next < at.len() && i >= at[next] {
-            last = pts[at[next]].0;
+            last = times[next];
             next += 1;
         }
-        age.push(pts[i].0 - last);
+        age.push(p.0 - last);
     }
-    let t: Vec<f64> = pts[from..].iter().map(|p| p.0).collect();
-    let y: Vec<f64> = pts[from..].iter().map(|p| p.1).collect();
+    let t: Vec<f64> = pts.iter().map(|p| p.0).collect();
+    let y: Vec<f64> = pts.iter().map(|p| p.1).collect();
     let (beta, _) = least_squares(&y, &[t, age.clone()])?;
     Some(
-        pts[from..]
-            .iter()
+        pts.iter()
             .zip(&age)
             .map(|(p, a)| (p.0, p.1 - beta[1] * a))
             .collect(),

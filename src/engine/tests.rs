@@ -1,9 +1,9 @@
 //! The engine's riskiest logic against a fake node, in paused time: the
 //! crash-loop limit, deaths seen through the exit future and classified,
 //! a refused downgrade or upgrade and the version before started again, a
-//! chaos schedule applied as planned, and an interrupt; and, with a fake RESP node on loopback, an
-//! OOM kill in the middle of a read-back. (The same logic runs end to end against
-//! real processes in tests/run.rs.)
+//! chaos schedule applied as planned, and an interrupt; and, with a fake
+//! RESP node on loopback, an OOM kill in the middle of a read-back. (The
+//! same logic runs end to end against real processes in tests/run.rs.)
 
 use std::sync::atomic::{AtomicI32, AtomicU32};
 use std::sync::{Arc, Mutex};
