@@ -4,7 +4,8 @@
 //!
 //!     cargo run --release --example detector [trials per class, default 500] [only classes whose name has this]
 //!
-//! Each series is a 30-minute window sampled at 1 Hz of a node under a
+//! Each series is a 30-minute window (a second table: the classes with a
+//! step over 60 minutes) sampled at 1 Hz of a node under a
 //! 1 GiB limit: a base level, AR(1) noise (phi 0.9, sd 0.5% of the limit;
 //! "heavy": 2%) with rare spikes, and per class a GC sawtooth (period
 //! 10-60 s, or 60-180 s for "long", amplitude 2-15%), a step (+2-10% at a

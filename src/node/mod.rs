@@ -33,8 +33,9 @@ fn on_off(s: &str) -> Result<bool, String> {
 const CODECS: [&str; 4] = ["none", "snappy", "lz4", "zstd"];
 
 /// Storage options. Without `--options-file` the defaults are RocksDB's own,
-/// but for the block cache and the memtable size below. `--options-file` is the alternative to the
-/// other storage flags (only --block-cache, --wal and --sync go with it).
+/// but for the block cache and the memtable size below. `--options-file` is
+/// the alternative to the other storage flags (only --block-cache, --wal
+/// and --sync go with it).
 #[derive(Debug, Clone, Args)]
 pub struct StorageArgs {
     /// Block cache capacity (LRU), e.g. 256MiB.

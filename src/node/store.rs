@@ -56,10 +56,10 @@ pub fn compaction_style(name: &str) -> Option<DBCompactionStyle> {
 /// The memtable size without `--write-buffer-size`: Kafka Streams'
 /// `RocksDBStore` default (`WRITE_BUFFER_SIZE`), the service this node most
 /// often stands for. RocksDB's own 64 MiB makes every write a walk down a
-/// deeper skiplist: soak-node's SETs at pipeline 16 ran at 0.37-0.55x
-/// redis-server's rate with it and 0.51-0.79x with 16 MiB (README, "soak-node
-/// against redis-server").
-pub const DEFAULT_WRITE_BUFFER_SIZE: u64 = 16 << 20;
+/// deeper skiplist: over nine rounds, soak-node's SETs at pipeline 16 ran
+/// at a median 0.49x of redis-server's rate with it and 0.65x with 16 MiB
+/// (README, `bench/node-vs-redis.sh`).
+const DEFAULT_WRITE_BUFFER_SIZE: u64 = 16 << 20;
 
 /// Applies the command-line storage flags on top of `opts`.
 fn apply_flags(opts: &mut Options, s: &StorageArgs, cache: &Cache) -> Option<WriteBufferManager> {
