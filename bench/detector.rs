@@ -259,6 +259,17 @@ fn main() {
         // A JVM's long GC cycles beside a cache filling at once or slowly.
         class("long sawtooth + step", false, long, true, false, false),
         class("long sawtooth + warm-up", false, long, false, false, true),
+        // A JVM's leak under its GC after its cache warms up. Last, so
+        // the classes above keep their seeds.
+        class("leak + warm-up + sawtooth", true, short, false, false, true),
+        class(
+            "leak + long sawtooth + warm-up",
+            true,
+            long,
+            false,
+            false,
+            true,
+        ),
     ];
     println!("Leak 2% of the limit per hour, threshold 1%/h, 30 min at 1 Hz, {trials} series per class.\n");
     table(&classes, trials, &only, 20261202);
