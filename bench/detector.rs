@@ -63,6 +63,8 @@ struct Drawn {
     step_at: Option<usize>,
     /// The sd of the noise's innovations.
     innovation_sd: f64,
+    /// Whether it warms up (its size and time constant are not told).
+    warm: bool,
 }
 
 fn series(c: Class, rng: &mut impl Rng) -> Drawn {
@@ -95,10 +97,10 @@ fn series(c: Class, rng: &mut impl Rng) -> Drawn {
         if c.saw.is_some() {
             shape += amp * ((t / period + phase) % 1.0);
         }
-        if c.warm {
-            shape += warm * (1.0 - (-t / tau).exp());
-        }
         let mut v = base + ar + shape;
+        if c.warm {
+            v += warm * (1.0 - (-t / tau).exp());
+        }
         if c.step && t >= step_at {
             v += step;
         }
@@ -113,6 +115,7 @@ fn series(c: Class, rng: &mut impl Rng) -> Drawn {
         known,
         step_at: c.step.then(|| step_at.ceil() as usize),
         innovation_sd,
+        warm: c.warm,
     }
 }
 
@@ -122,9 +125,50 @@ const PHI: f64 = 0.9;
 /// The oracle's verdict (see the top): what it was told taken out, split
 /// at the step, the slope by generalised least squares under the known
 /// AR(1) (Prais and Winsten's transform, one level per piece), its z test
-/// with the known innovations' sd.
+/// with the known innovations' sd. A warm-up's size and time constant
+/// are not told, as a step's size is not: its time constant is the one
+/// whose curve leaves the least whitened residual (profiled on a grid of
+/// 5% steps, then 0.2% steps around the best), and the slope's variance takes in the time constant's
+/// uncertainty through the curve's derivative in it (the Gauss-Newton
+/// linearisation at the fit).
 fn oracle(d: &Drawn) -> bool {
     let y: Vec<f64> = d.pts.iter().zip(&d.known).map(|(p, k)| p.1 - k).collect();
+    let t: Vec<f64> = d.pts.iter().map(|p| p.0).collect();
+    let fit = if d.warm {
+        let curve = |tau: f64| -> Vec<f64> { t.iter().map(|x| (-x / tau).exp()).collect() };
+        // (tau, c, residual) of the best fit on a grid, coarse then fine.
+        let best_on = |from: f64, to: f64, step: f64| {
+            let mut best: Option<(f64, f64, f64)> = None;
+            let mut tau = from;
+            while tau <= to {
+                if let Some(f) = gls(d, &y, &[curve(tau)]) {
+                    if best.is_none_or(|b| f.2 < b.2) {
+                        best = Some((tau, f.3[0], f.2));
+                    }
+                }
+                tau *= step;
+            }
+            best
+        };
+        let coarse = best_on(5.0, 2.0 * t.len() as f64, 1.05).expect("a time constant fits");
+        let (tau, c, _) = best_on(coarse.0 / 1.05, coarse.0 * 1.05, 1.002).unwrap_or(coarse);
+        let slope_in_tau: Vec<f64> = t
+            .iter()
+            .map(|x| c * x / (tau * tau) * (-x / tau).exp())
+            .collect();
+        gls(d, &y, &[curve(tau), slope_in_tau])
+    } else {
+        gls(d, &y, &[])
+    };
+    let (slope, sd, _, _) = fit.expect("the oracle's fit");
+    slope > MAX_PER_H / 3600.0 && slope / sd > Z_99
+}
+
+/// Generalised least squares of `y` on time, a level per piece (split at
+/// the step) and the `extra` columns, under the known AR(1): the slope,
+/// its sd, the whitened residual sum of squares, the extra columns'
+/// coefficients.
+fn gls(d: &Drawn, y: &[f64], extra: &[Vec<f64>]) -> Option<(f64, f64, f64, Vec<f64>)> {
     let n = y.len();
     let cut = d.step_at.filter(|k| (2..n - 2).contains(k));
     // Pieces as (start, end).
@@ -132,21 +176,28 @@ fn oracle(d: &Drawn) -> bool {
         Some(k) => vec![(0, k), (k, n)],
         None => vec![(0, n)],
     };
-    // Whitened rows: the slope's column, a level per piece, the value.
+    // Whitened rows: the slope's column, a level per piece, the extra
+    // columns, the value.
     let m = pieces.len();
+    let k = 1 + m + extra.len();
     let head = (1.0 - PHI * PHI).sqrt();
     let mut rows: Vec<(Vec<f64>, f64)> = vec![];
     for (j, &(start, end)) in pieces.iter().enumerate() {
         for i in start..end {
-            let t = d.pts[i].0;
-            let mut x = vec![0.0; 1 + m];
+            let mut x = vec![0.0; k];
             let v = if i == start {
-                x[0] = head * t;
+                x[0] = head * d.pts[i].0;
                 x[1 + j] = head;
+                for (e, col) in extra.iter().enumerate() {
+                    x[1 + m + e] = head * col[i];
+                }
                 head * y[i]
             } else {
-                x[0] = t - PHI * d.pts[i - 1].0;
+                x[0] = d.pts[i].0 - PHI * d.pts[i - 1].0;
                 x[1 + j] = 1.0 - PHI;
+                for (e, col) in extra.iter().enumerate() {
+                    x[1 + m + e] = col[i] - PHI * col[i - 1];
+                }
                 y[i] - PHI * y[i - 1]
             };
             rows.push((x, v));
@@ -154,7 +205,6 @@ fn oracle(d: &Drawn) -> bool {
     }
     // Normal equations, solved with the inverse's first row for the
     // slope's variance (Gauss-Jordan).
-    let k = 1 + m;
     let mut a: Vec<Vec<f64>> = (0..k)
         .map(|p| {
             let mut row: Vec<f64> = (0..k)
@@ -166,11 +216,12 @@ fn oracle(d: &Drawn) -> bool {
         })
         .collect();
     for c in 0..k {
-        let p = (c..k)
-            .max_by(|u, v| a[*u][c].abs().total_cmp(&a[*v][c].abs()))
-            .unwrap();
+        let p = (c..k).max_by(|u, v| a[*u][c].abs().total_cmp(&a[*v][c].abs()))?;
         a.swap(c, p);
         let pivot = a[c][c];
+        if pivot.abs() < 1e-300 {
+            return None;
+        }
         a[c].iter_mut().for_each(|v| *v /= pivot);
         let top = a[c].clone();
         for (r, row) in a.iter_mut().enumerate() {
@@ -180,9 +231,17 @@ fn oracle(d: &Drawn) -> bool {
             }
         }
     }
-    let slope = a[0][2 * k];
-    let sd = d.innovation_sd * a[0][k].sqrt();
-    slope > MAX_PER_H / 3600.0 && slope / sd > Z_99
+    let beta: Vec<f64> = (0..k).map(|p| a[p][2 * k]).collect();
+    let rss = rows
+        .iter()
+        .map(|(x, v)| (v - x.iter().zip(&beta).map(|(a, b)| a * b).sum::<f64>()).powi(2))
+        .sum();
+    Some((
+        beta[0],
+        d.innovation_sd * a[0][k].sqrt(),
+        rss,
+        beta[1 + m..].to_vec(),
+    ))
 }
 
 /// The standard normal's 99th percentile: a one-sided test at 0.01.
