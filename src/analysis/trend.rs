@@ -373,20 +373,27 @@ fn pooled(ranks: Option<(Trend, f64)>, fits: &[Fitted]) -> Option<Trend> {
 /// left out, 0.915 and 0.908 with the fit; warm-ups alone raised 1.3% and
 /// 1.7% (long sawtooth) false alarms, 0.9% and 0.9% with it.
 fn warm_fit(pts: &[(f64, f64)], c: f64, tau: f64) -> Option<Fitted> {
+    let t0 = pts.first()?.0;
+    let curve: Vec<f64> = pts.iter().map(|p| (-(p.0 - t0) / tau).exp()).collect();
+    let in_tau: Vec<f64> = pts
+        .iter()
+        .zip(&curve)
+        .map(|(p, e)| c * (p.0 - t0) / (tau * tau) * e)
+        .collect();
+    fitted(pts, vec![curve, in_tau])
+}
+
+/// The slope of y = a + b t + the `other` columns, by generalised least
+/// squares under the AR(1) read off the residuals of ordinary least
+/// squares (see `warm_fit`).
+fn fitted(pts: &[(f64, f64)], other: Vec<Vec<f64>>) -> Option<Fitted> {
     let n = pts.len();
     if n < MIN_FITTED {
         return None;
     }
-    let t0 = pts[0].0;
-    let t: Vec<f64> = pts.iter().map(|p| p.0 - t0).collect();
-    let curve: Vec<f64> = t.iter().map(|x| (-x / tau).exp()).collect();
-    let in_tau: Vec<f64> = t
-        .iter()
-        .zip(&curve)
-        .map(|(x, e)| c * x / (tau * tau) * e)
-        .collect();
+    let mut cols = vec![pts.iter().map(|p| p.0 - pts[0].0).collect::<Vec<f64>>()];
+    cols.extend(other);
     let y: Vec<f64> = pts.iter().map(|p| p.1).collect();
-    let cols = [t, curve, in_tau];
     let res = least_squares(&y, &cols)?.residuals;
     let g0 = autocovariance(&res, 0);
     if g0 <= 0.0 {
@@ -395,7 +402,7 @@ fn warm_fit(pts: &[(f64, f64)], c: f64, tau: f64) -> Option<Fitted> {
     let phi = autocovariance(&res, 1) / g0;
     let phi = (phi + (2.0 + 4.0 * phi) / n as f64).clamp(0.0, 0.97);
     // Prais and Winsten's whitening, which keeps the first sample (scaled):
-    // it holds the warm-up's start, where the curve is known best, and
+    // it holds a warm-up's start, where the curve is known best, and
     // without it leaks after a warm-up were found 0.945 of the time, not
     // 0.954.
     let head = (1.0 - phi * phi).sqrt();
