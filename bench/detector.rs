@@ -17,14 +17,16 @@
 //! on leak-free series.
 //!
 //! The third column is what no detector can beat: an oracle told the
-//! noise's law (AR(1), phi 0.9, its innovations' sd), every sawtooth,
-//! warm-up and spike, and where the step is; not the step's size, nor
+//! noise's law (AR(1), phi 0.9, its innovations' sd), every sawtooth and
+//! spike, where the step is and that a warm-up is an exponential curve;
+//! not the step's size, nor the warm-up's size and time constant, nor
 //! whether there is a leak. It subtracts what it was told, splits at the
-//! step and tests the slope by generalised least squares (the best
-//! unbiased estimate for that noise, its z test the most powerful at
-//! level 0.01), with the same threshold. Its false-positive rate is the
-//! test's level; its true-positive rate is the ceiling for any detector
-//! held to that level on the class.
+//! step, fits the warm-up and tests the slope by generalised least
+//! squares (the best unbiased estimate for that noise, its z test the
+//! most powerful at level 0.01), with the same threshold. Its
+//! false-positive rate is the test's level (a little over it where a
+//! warm-up's time constant is fitted); its true-positive rate is the
+//! ceiling for any detector held to that level on the class.
 
 use rand::{Rng, SeedableRng};
 use soak::analysis::trend;

@@ -27,8 +27,10 @@
 //!   autocorrelation drowns a leak (a 6 MiB/min leak under an 80 MiB, 15 s
 //!   sawtooth had p = 0.014 on the raw samples).
 //! - The one most evident level shift (a cache filling at once) splits the
-//!   segment; a warm-up transient (a level approached from below) is taken
-//!   out, whichever of the two fits better: neither is a leak.
+//!   segment; a segment with a warm-up transient (a level approached from
+//!   below) is fitted with its curve by generalised least squares instead
+//!   of ranked, whichever of the two fits better: neither is a leak. The
+//!   fit's z is pooled with the rank test's (`pooled`).
 //!
 //! Measured by `cargo run --example detector` (README table).
 
@@ -916,12 +918,12 @@ const CYCLE_MEANS: Shaping = Shaping {
 /// sawtooth of 2-3% of the limit went unseen and a step in it with it).
 const DROP_Z: f64 = 5.0;
 
-/// A warm-up's first time constants are left out of the trend. On the
-/// detector bench with a grid step of 1.05, on 2026-12-02, 3 flags 1.3% of
-/// warm-ups and finds 0.951 of the leaks after one; 4 flagged as many and
-/// found 0.927 (the excess over 1% is the rank test's own, not a curve
-/// left over: a wider skip or one set by the fit's uncertainty in tau did
-/// not lower it). With a step of 1.3, 6 had 0.5% and found 0.80.
+/// A warm-up too short to fit (`MIN_FITTED`) has its first time constants
+/// left out of the rank test, and the fit looks for tau up to what leaves
+/// half of the piece after them. On the detector bench with a grid step of
+/// 1.05, on 2026-12-02, when every warm-up went that way, 3 flagged 1.3%
+/// of warm-ups and found 0.951 of the leaks after one; 4 flagged as many
+/// and found 0.927. With a step of 1.3, 6 had 0.5% and found 0.80.
 const WARMUP_SKIP: f64 = 3.0;
 
 /// How far from its running median a sample is a spike, in robust sds.
