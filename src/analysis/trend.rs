@@ -437,6 +437,10 @@ fn fitted(pts: &[(f64, f64)], other: Vec<Vec<f64>>) -> Option<Fitted> {
     }
     let left = (long_run(&fit.residuals) / w0).max(1.0);
     let sd = (fit.rss() / dof * fit.inverse[0] * left).sqrt();
+    if !(sd > 0.0 && sd.is_finite()) {
+        // Columns too near each other to tell apart: ranked instead.
+        return None;
+    }
     let slope = fit.beta[0];
     let t = slope / sd;
     let z = t * (1.0 - 1.0 / (4.0 * dof)) / (1.0 + t * t / (2.0 * dof)).sqrt();
