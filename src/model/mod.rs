@@ -459,11 +459,14 @@ pub struct SeriesAnalysis {
     pub peak: u64,
     /// Median of the last quarter of the last segment: where it settled.
     pub steady: Option<f64>,
-    /// Theil-Sen slope, bytes per hour, with its 95% interval.
+    /// Growth, bytes per hour, with its 95% interval: Theil-Sen, or where a
+    /// segment warms up its curve's least-squares fit, pooled over the
+    /// segments between restarts.
     pub slope_per_hour: Option<f64>,
     pub slope_low_per_hour: Option<f64>,
     pub slope_high_per_hour: Option<f64>,
-    /// One-sided p-value of growth (Mann-Kendall, autocorrelation-corrected).
+    /// One-sided p-value of growth (Mann-Kendall, autocorrelation-corrected,
+    /// with a warm-up's fit pooled in by the weighted Z method).
     pub p_growth: Option<f64>,
     /// At the slope, hours from the steady state to the limit.
     pub hours_to_limit: Option<f64>,
@@ -478,7 +481,8 @@ pub struct MemorySummary {
     pub peak_anon_bytes: u64,
     pub peak_cgroup_bytes: u64,
     pub limit_bytes: Option<u64>,
-    /// Growth of the RSS, Theil-Sen, pooled over segments between restarts.
+    /// Growth of the RSS (as `SeriesAnalysis::slope_per_hour`), pooled over
+    /// segments between restarts.
     pub slope_bytes_per_hour: Option<f64>,
     pub cgroup_slope_bytes_per_hour: Option<f64>,
     pub oom_kills: u64,
