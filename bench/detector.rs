@@ -352,7 +352,7 @@ fn main() {
 
 /// Runs the classes whose name has `only` and prints their table.
 fn table(classes: &[Class], trials: usize, only: &str, seed: u64) {
-    println!("| series | truth | soak (cycle means or ramp-free samples, step or warm-up out, Theil-Sen + Mann-Kendall) | OLS slope threshold | oracle (the ceiling) |");
+    println!("| series | truth | soak (cycle means or ramp-free samples, step split or warm-up fitted, Theil-Sen + Mann-Kendall) | OLS slope threshold | oracle (the ceiling) |");
     println!("|---|---|---:|---:|---:|");
     let (mut tp, mut fp, mut pos, mut neg) = ([0usize; 3], [0usize; 3], 0, 0);
     // Each class keeps its seeds whatever the filter.

@@ -356,11 +356,12 @@ fn pooled(ranks: Option<(Trend, f64)>, fits: &[Fitted]) -> Option<Trend> {
 }
 
 /// The slope of a piece that warms up, fitted with its curve,
-/// y = a + b t + c e^(-t/tau), by generalised least squares, with tau and c from
-/// `warmup`. The noise's AR(1) is read off the fit's residuals and taken
-/// out (S. J. Prais and C. B. Winsten, "Trend estimators and serial
-/// correlation", Cowles Commission Discussion Paper 383, 1954); what autocorrelation whitening leaves is counted by the
-/// same kernel as the rank test's (`long_run`). tau is fitted, not known:
+/// y = a + b t + c e^(-t/tau), by generalised least squares, with tau and
+/// c from `warmup`. The noise's AR(1) is read off the fit's residuals and
+/// taken out (S. J. Prais and C. B. Winsten, "Trend estimators and serial
+/// correlation", Cowles Commission Discussion Paper 383, 1954); what
+/// autocorrelation whitening leaves is counted by the same kernel as the
+/// rank test's (`long_run`). tau is fitted, not known:
 /// the curve's derivative in tau is a column of its own, so the slope's
 /// variance takes in tau's uncertainty (the Gauss-Newton linearisation at
 /// the fit). The test is Student's t with the whitened fit's degrees of
@@ -372,7 +373,7 @@ fn pooled(ranks: Option<(Trend, f64)>, fits: &[Fitted]) -> Option<Trend> {
 /// residual curve there that reads as a trend. On the detector bench
 /// (README), leaks after a warm-up under a GC sawtooth were found 0.889
 /// (short cycles) and 0.901 (long) of the time with three time constants
-/// left out, 0.915 and 0.908 with the fit; warm-ups alone raised 1.3% and
+/// left out, 0.907 and 0.908 with the fit; warm-ups alone raised 1.3% and
 /// 1.7% (long sawtooth) false alarms, 0.9% and 0.9% with it.
 fn warm_fit(pts: &[(f64, f64)], widths: &[f64], c: f64, tau: f64) -> Option<Fitted> {
     let t0 = pts.first()?.0;
@@ -622,12 +623,8 @@ fn unsawn(s: Vec<(f64, f64)>) -> (Vec<(f64, f64)>, Shaping, Vec<f64>) {
             return (z, SAMPLES, vec![]);
         }
     }
-    let widths = at
-        .windows(2)
-        .filter(|w| w[1] > w[0])
-        .map(|w| s[w[1]].0 - s[w[0]].0)
-        .collect();
-    (cycle_means(&s, &smooth, &at), CYCLE_MEANS, widths)
+    let (means, widths) = cycle_means(&s, &smooth, &at);
+    (means, CYCLE_MEANS, widths)
 }
 
 /// A warm-up's curve e^(-t/tau) at `t`, averaged over the `width` of time
@@ -793,19 +790,20 @@ fn median5(pts: &[(f64, f64)]) -> Vec<f64> {
 /// detection in Java: taxonomy and classification of approaches", JSS 96,
 /// 2014; M. Jump and K. S. McKinley, "Cork", POPL 2007). Means of whole
 /// cycles rather than their minima: a minimum is one noisy sample, a mean
-/// averages a cycle of them.
-fn cycle_means(pts: &[(f64, f64)], m: &[f64], drops: &[usize]) -> Vec<(f64, f64)> {
+/// averages a cycle of them. Each comes with the time its cycle spans.
+fn cycle_means(pts: &[(f64, f64)], m: &[f64], drops: &[usize]) -> (Vec<(f64, f64)>, Vec<f64>) {
     drops
         .windows(2)
         .filter(|w| w[1] > w[0])
         .map(|w| {
             let c = (w[1] - w[0]) as f64;
-            (
+            let mean = (
                 pts[w[0]..w[1]].iter().map(|p| p.0).sum::<f64>() / c,
                 m[w[0]..w[1]].iter().sum::<f64>() / c,
-            )
+            );
+            (mean, pts[w[1]].0 - pts[w[0]].0)
         })
-        .collect()
+        .unzip()
 }
 
 /// A warm-up's transient, y = a + b t + c e^(-t/tau) with c < 0 (a level
