@@ -59,7 +59,7 @@ fn gauss(rng: &mut impl Rng) -> f64 {
 /// One series, and what the oracle is told about it.
 struct Drawn {
     pts: Vec<(f64, f64)>,
-    /// The sawtooth, warm-up and spikes in each sample.
+    /// The sawtooth and spikes in each sample (a warm-up is not told).
     known: Vec<f64>,
     /// The first sample after the step.
     step_at: Option<usize>,
@@ -130,9 +130,9 @@ const PHI: f64 = 0.9;
 /// with the known innovations' sd. A warm-up's size and time constant
 /// are not told, as a step's size is not: its time constant is the one
 /// whose curve leaves the least whitened residual (profiled on a grid of
-/// 5% steps, then 0.2% steps around the best), and the slope's variance takes in the time constant's
-/// uncertainty through the curve's derivative in it (the Gauss-Newton
-/// linearisation at the fit).
+/// 5% steps, then 0.2% steps around the best), and the slope's variance
+/// takes in the time constant's uncertainty through the curve's
+/// derivative in it (the Gauss-Newton linearisation at the fit).
 fn oracle(d: &Drawn) -> bool {
     let y: Vec<f64> = d.pts.iter().zip(&d.known).map(|(p, k)| p.1 - k).collect();
     let t: Vec<f64> = d.pts.iter().map(|p| p.0).collect();
