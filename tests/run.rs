@@ -527,8 +527,11 @@ fn a_stalled_node_shows_as_latency_not_as_a_lower_rate() {
         .collect();
     assert!(rows.len() >= 4, "{csv}");
     assert!(rows.iter().any(|r| r[11] >= 900_000.0), "{csv}");
+    // As many as 500/s over the time the load ran (the rows' last time:
+    // a loaded machine stretches the phases).
     let ops: f64 = rows.iter().map(|r| r[1]).sum();
-    assert!((2300.0..=2700.0).contains(&ops), "{csv}");
+    let ran = rows.last().unwrap()[0];
+    assert!((ops / ran - 500.0).abs() < 50.0, "{ops} in {ran} s\n{csv}");
 }
 
 #[test]
