@@ -5,6 +5,7 @@
 use hdrhistogram::Histogram;
 use serde_json::Value;
 
+use crate::analysis::trend::Trend;
 use crate::analysis::GROWTH_ALPHA;
 use crate::model::{
     CheckResult, ExecResult, Integrity, LoadSummary, MemorySummary, PhaseRecord, Restart,
@@ -12,8 +13,8 @@ use crate::model::{
 };
 use crate::suite::checks::{scope_text, PhaseRef};
 use crate::suite::checks::{
-    DiskCheck, GrowthCheck, GrowthFrom, LatencyCheck, PeakCheck, RestartTimeCheck, Series,
-    ThroughputCheck,
+    DiskCheck, GrowthCheck, GrowthFrom, Inconclusive, LatencyCheck, PeakCheck, RestartTimeCheck,
+    Series, ThroughputCheck,
 };
 use crate::suite::{Checks, CountCheck, Severity};
 use crate::telemetry::Sample;
@@ -330,7 +331,7 @@ fn series_value(s: Series) -> fn(&Sample) -> u64 {
 /// fall in it.
 fn scoped_growth(g: &GrowthCheck, spans: &[Span], m: &Measured) -> CheckResult {
     let segs = crate::analysis::segments(m.samples, series_value(g.series), m.warmup_s);
-    let values: Vec<Option<f64>> = spans
+    let trends: Vec<Option<Trend>> = spans
         .iter()
         .map(|s| {
             let cut: Vec<Vec<(f64, f64)>> = segs
@@ -343,16 +344,28 @@ fn scoped_growth(g: &GrowthCheck, spans: &[Span], m: &Measured) -> CheckResult {
                 })
                 .filter(|seg| !seg.is_empty())
                 .collect();
-            let t = crate::analysis::trend::growth_trend(&cut)?;
+            crate::analysis::trend::growth_trend(&cut)
+        })
+        .collect();
+    let values: Vec<Option<f64>> = trends
+        .iter()
+        .map(|t| {
             // Not significant: no growth to speak of.
-            Some(if t.p_up < GROWTH_ALPHA {
-                t.slope * 3600.0
-            } else {
-                0.0
+            t.map(|t| {
+                if t.p_up < GROWTH_ALPHA {
+                    t.slope * 3600.0
+                } else {
+                    0.0
+                }
             })
         })
         .collect();
-    worst_of(
+    let unsure = trends
+        .iter()
+        .flatten()
+        .filter(|t| t.high * 3600.0 > g.max.0)
+        .count();
+    let mut r = worst_of(
         format!(
             "memory_growth ({}){}",
             series_name(g.series),
@@ -367,7 +380,27 @@ fn scoped_growth(g: &GrowthCheck, spans: &[Span], m: &Measured) -> CheckResult {
             limit: g.max.0.into(),
             unit: "bytes/h",
         },
-    )
+    );
+    if r.verdict == Verdict::Pass && unsure > 0 {
+        r.verdict = inconclusive(g);
+        if let Some(d) = r.detail.as_mut() {
+            d.push_str(&format!(
+                "; growth over the max not ruled out in {unsure} of {}",
+                trends.iter().flatten().count()
+            ));
+        }
+    }
+    r
+}
+
+/// A growth check's verdict when it found no growth over its max and
+/// could not rule it out either (`Inconclusive`).
+fn inconclusive(g: &GrowthCheck) -> Verdict {
+    match g.inconclusive {
+        Inconclusive::Pass => Verdict::Pass,
+        Inconclusive::Warn => Verdict::Warn,
+        Inconclusive::Fail => verdict_of(false, g.severity),
+    }
 }
 
 fn scoped_peak(p: &PeakCheck, spans: &[Span], m: &Measured) -> Option<CheckResult> {
@@ -464,18 +497,26 @@ fn growth(g: &GrowthCheck, m: &MemorySummary) -> CheckResult {
         (Some(s), Some(p)) => s > g.max.0 && p < GROWTH_ALPHA,
         _ => false,
     };
+    // Neither found nor ruled out: the interval reaches over the max.
+    // On the detector bench's leaking series, a miss that was not this
+    // was at most 0.2% in every class (README).
+    let unsure = !growing && a.slope_high_per_hour.is_none_or(|h| h > g.max.0);
     let mib = |v: Option<f64>| {
         v.map(|v| format!("{:+.1}", v / 1048576.0))
             .unwrap_or_else(|| "n/a".into())
     };
     CheckResult {
         name: format!("memory_growth ({})", series_name(g.series)),
-        verdict: verdict_of(!growing, g.severity),
+        verdict: if unsure {
+            inconclusive(g)
+        } else {
+            verdict_of(!growing, g.severity)
+        },
         value: opt(a.slope_per_hour),
         limit: g.max.0.into(),
         unit: "bytes/h".into(),
         detail: Some(format!(
-            "95% CI [{}, {}] MiB/h, p = {}{}",
+            "95% CI [{}, {}] MiB/h, p = {}{}{}",
             mib(a.slope_low_per_hour),
             mib(a.slope_high_per_hour),
             a.p_growth
@@ -483,7 +524,12 @@ fn growth(g: &GrowthCheck, m: &MemorySummary) -> CheckResult {
                 .unwrap_or_else(|| "n/a".into()),
             a.hours_to_limit
                 .map(|h| format!(", the limit reached in {}", crate::units::hours(h)))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            if unsure {
+                "; growth over the max not ruled out (a longer run narrows the interval)"
+            } else {
+                ""
+            }
         )),
     }
 }
@@ -795,6 +841,82 @@ mod tests {
                 ("throughput in phase 3".into(), Verdict::Fail, 500.0.into())
             ]
         );
+    }
+
+    /// No growth found is a pass only where growth over the max is ruled
+    /// out: an interval that reaches over it warns by default, and the
+    /// suite says whether that fails or passes instead.
+    #[test]
+    fn growth_neither_found_nor_ruled_out_warns_unless_told_otherwise() {
+        let mib = 1048576.0;
+        let summary = |high: f64| MemorySummary {
+            rss: SeriesAnalysis {
+                slope_per_hour: Some(5.0 * mib),
+                slope_low_per_hour: Some(-20.0 * mib),
+                slope_high_per_hour: Some(high * mib),
+                p_growth: Some(0.3),
+                ..SeriesAnalysis::default()
+            },
+            ..MemorySummary::default()
+        };
+        let i = Integrity::default();
+        let verdict = |yaml: &str, high: f64| {
+            let m = summary(high);
+            let r = evaluate(&checks(yaml), &nothing(&i, &m));
+            (r[0].verdict, r[0].detail.clone().unwrap())
+        };
+        let (v, detail) = verdict("memory_growth: { max: 30MiB/h }", 60.0);
+        assert_eq!(v, Verdict::Warn);
+        assert!(detail.contains("not ruled out"), "{detail}");
+        let (v, detail) = verdict("memory_growth: { max: 30MiB/h }", 25.0);
+        assert_eq!(v, Verdict::Pass);
+        assert!(!detail.contains("not ruled out"), "{detail}");
+        let strict = "memory_growth: { max: 30MiB/h, inconclusive: fail }";
+        assert_eq!(verdict(strict, 60.0).0, Verdict::Fail);
+        assert_eq!(verdict(strict, 25.0).0, Verdict::Pass);
+        let lenient = "memory_growth: { max: 30MiB/h, inconclusive: pass }";
+        assert_eq!(verdict(lenient, 60.0).0, Verdict::Pass);
+        let mild = "memory_growth: { max: 30MiB/h, inconclusive: fail, severity: warn }";
+        assert_eq!(verdict(mild, 60.0).0, Verdict::Warn);
+    }
+
+    /// Windows too short for their noise cannot rule out growth over the
+    /// max; long ones can.
+    #[test]
+    fn a_windowed_growth_check_warns_on_windows_that_rule_nothing_out() {
+        let mib = 1048576.0;
+        let mut noise = {
+            let mut x = 7u64;
+            move || {
+                x = crate::workload::ledger::mix64(x);
+                (x % 1000) as f64 / 1000.0 - 0.5
+            }
+        };
+        // Flat at 200 MiB with white noise of 8 MiB, a sample a second.
+        let samples: Vec<Sample> = (0..600)
+            .map(|t| Sample {
+                t: t as f64,
+                up: true,
+                rss: (200.0 * mib + 8.0 * mib * noise()) as u64,
+                ..Sample::default()
+            })
+            .collect();
+        let (i, m) = (Integrity::default(), MemorySummary::default());
+        let judged = |yaml: &str| {
+            let r = evaluate(
+                &checks(yaml),
+                &Measured {
+                    samples: &samples,
+                    ..nothing(&i, &m)
+                },
+            );
+            (r[0].verdict, r[0].detail.clone().unwrap())
+        };
+        let (v, detail) = judged("memory_growth: { max: 30MiB/h, window: 1m, warmup: 0s }");
+        assert_eq!(v, Verdict::Warn, "{detail}");
+        assert!(detail.contains("not ruled out in 10 of 10"), "{detail}");
+        let (v, detail) = judged("memory_growth: { max: 30MiB/h, window: 5m, warmup: 0s }");
+        assert_eq!(v, Verdict::Pass, "{detail}");
     }
 
     /// A leak in the second hour only: the whole run's slope is diluted,

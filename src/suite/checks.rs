@@ -161,6 +161,26 @@ pub struct GrowthCheck {
     pub window: Option<Dur>,
     #[serde(default)]
     pub severity: Severity,
+    /// What the check says when it found no growth but cannot rule out
+    /// growth above `max` either: the top of the slope's 95% interval is
+    /// over it (a run too short for its noise, a step that split it).
+    /// `warn` (the default) shows it without failing the run, `fail`
+    /// fails it as the check's `severity` says, `pass` passes it.
+    #[serde(default)]
+    pub inconclusive: Inconclusive,
+}
+
+/// A growth check's verdict when growth above its max was neither found
+/// nor ruled out.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Inconclusive {
+    Pass,
+    #[default]
+    Warn,
+    Fail,
 }
 
 fn default_warmup() -> Dur {
