@@ -531,10 +531,11 @@ fn growth(g: &GrowthCheck, m: &MemorySummary) -> CheckResult {
             a.hours_to_limit
                 .map(|h| format!(", the limit reached in {}", crate::units::hours(h)))
                 .unwrap_or_default(),
-            if unsure {
-                "; growth over the max not ruled out (a longer run narrows the interval)"
-            } else {
-                ""
+            match (unsure, a.slope_high_per_hour) {
+                (false, _) => "",
+                (true, Some(_)) =>
+                    "; growth over the max not ruled out (a longer run narrows the interval)",
+                (true, None) => "; nothing judged: too few samples after each start's `warmup`",
             }
         )),
     }
@@ -874,6 +875,12 @@ mod tests {
         let (v, detail) = verdict("memory_growth: { max: 30MiB/h }", 60.0);
         assert_eq!(v, Verdict::Warn);
         assert!(detail.contains("not ruled out"), "{detail}");
+        // No trend at all: nothing was judged, and the detail says why.
+        let m = MemorySummary::default();
+        let r = evaluate(&checks("memory_growth: { max: 30MiB/h }"), &nothing(&i, &m));
+        assert_eq!(r[0].verdict, Verdict::Warn);
+        let none = r[0].detail.clone().unwrap();
+        assert!(none.contains("too few samples after"), "{none}");
         let (v, detail) = verdict("memory_growth: { max: 30MiB/h }", 25.0);
         assert_eq!(v, Verdict::Pass);
         assert!(!detail.contains("not ruled out"), "{detail}");
