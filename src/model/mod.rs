@@ -37,7 +37,9 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub enum Verdict {
     #[default]
     Pass,
-    /// A check marked `severity: warn` failed: shown, never failing.
+    /// A check marked `severity: warn` failed, or a `memory_growth` check
+    /// neither found nor ruled out growth over its max (`inconclusive:
+    /// warn`, the default): shown, never failing.
     Warn,
     Fail,
     /// The cell could not finish (the environment, an interrupt).
