@@ -123,6 +123,23 @@ fn an_oom_kill_while_the_node_starts_again_is_a_death_not_a_failed_start() {
     assert!(c.integrity.verified > 0, "{:?}", c.integrity);
 }
 
+/// The same after a graceful restart: an OOM kill while the node recovers
+/// is a death in the planned restart's outage, not a start that failed
+/// (it was exit 3), and, a kill being unclean, every key is read back
+/// before the load writes again.
+#[test]
+fn an_oom_kill_while_the_node_starts_after_a_graceful_restart_is_a_death_too() {
+    let run = soak_run("tests/suites/oom-after-restart.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = run.cell();
+    assert_eq!(c.memory.oom_kills, 1, "{:?}", c.memory);
+    assert_eq!(c.restarts.len(), 1, "{:?}", c.restarts);
+    assert_eq!(c.restarts[0].reason, Cause::Restart, "{:?}", c.restarts);
+    assert!(c.restarts[0].readback_s.is_some(), "{:?}", c.restarts);
+    assert_eq!((c.integrity.lost, c.integrity.corrupted), (0, 0));
+    assert!(c.integrity.verified > 0, "{:?}", c.integrity);
+}
+
 /// A reproduction suite: the incident is expected in one cell (`expect:
 /// { oom_kills: ">= 1" }`) and not in the cell with the fix, and the suite
 /// passes when both come true. The same suite expecting the incident where

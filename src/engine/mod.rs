@@ -200,7 +200,7 @@ impl<'a, N: Node> Cell<'a, N> {
 
     /// Starts the node again after it went down, and records the restart.
     /// After an unclean death (a kill, a chaos action, an OOM kill, a
-    /// crash) the load is held and every key read back before it writes
+    /// crash, or one while it started again) the load is held and every key read back before it writes
     /// again, so that each death's losses are counted against it (unless
     /// the suite says `readback_after_restart: false`). A node that dies
     /// under that read-back is restarted and read back again.
@@ -214,8 +214,10 @@ impl<'a, N: Node> Cell<'a, N> {
                 at_s: self.bus.t(),
                 exit: "stopped".into(),
             });
-            let read_back =
-                down.cause.unclean() && self.ctx.readback_after_restart && self.load.is_some();
+            // A kill while it recovered is unclean whatever took it down.
+            let read_back = (down.cause.unclean() || starting_deaths > 0)
+                && self.ctx.readback_after_restart
+                && self.load.is_some();
             if read_back && self.load.as_deref().is_some_and(|l| l.is_running()) {
                 resume = true;
                 self.pause_load().await;
@@ -227,11 +229,12 @@ impl<'a, N: Node> Cell<'a, N> {
             let ready = match self.node.start().await {
                 Ok(ready) => ready,
                 // Killed for memory while it started (replaying its log,
-                // filling a cache): a death like any other, not a start
-                // that failed; restarts are bounded as for any death.
+                // filling a cache), after a death or a graceful stop alike:
+                // a death like any other, not a start that failed;
+                // restarts are bounded as for any death.
                 Err(DriverError::ExitedBeforeReady {
                     oom: true, status, ..
-                }) if down.cause.unclean() => {
+                }) => {
                     starting_deaths += 1;
                     self.died_starting(down, status, starting_deaths)?;
                     continue;

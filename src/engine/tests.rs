@@ -320,6 +320,27 @@ async fn an_oom_kill_while_restarting_is_the_same_outage_not_a_failed_start() {
     assert_eq!(kills, 2, "{seen:?}");
 }
 
+/// Killed for memory while it starts after a graceful restart: a death
+/// in the planned restart's outage, not a start that failed.
+#[tokio::test(start_paused = true)]
+async fn an_oom_kill_while_starting_after_a_graceful_restart_is_a_death() {
+    let node = FakeNode::new(|_, n| match n {
+        2 => Life::OomStarting,
+        _ => Life::Long,
+    });
+    let r = run(node, "[run: 1s, restart, run: 1s]", None).await;
+    assert!(r.result.is_ok(), "{:?}", r.result);
+    assert_eq!(r.calls.lock().unwrap().starts.len(), 3);
+    let restarts = &r.bus.recorder.restarts;
+    assert_eq!(restarts.len(), 1, "{restarts:?}");
+    assert_eq!(restarts[0].reason, Cause::Restart);
+    let seen = r.seen.0.lock().unwrap();
+    assert!(
+        seen.iter().any(|(_, e)| e.contains("oom-killed")),
+        "{seen:?}"
+    );
+}
+
 /// A node that is OOM-killed every time it starts again is a crash loop,
 /// bounded like any other.
 #[tokio::test(start_paused = true)]
