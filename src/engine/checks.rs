@@ -367,6 +367,12 @@ fn scoped_growth(g: &GrowthCheck, spans: &[Span], m: &Measured) -> CheckResult {
             })
         })
         .collect();
+    // Passing needs growth ruled out in every window, so each window's
+    // own 95% interval is enough: a leak in any one window passes only if
+    // that window rules it out, at most 5% of the time (an
+    // intersection-union test: R. L. Berger, "Multiparameter hypothesis
+    // testing and acceptance sampling", Technometrics 24, 1982). Sharing
+    // the level, as for growth found, would only widen the intervals.
     let unsure = trends
         .iter()
         .flatten()
