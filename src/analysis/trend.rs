@@ -298,7 +298,7 @@ pub fn growth_trend(segments: &[Vec<(f64, f64)>]) -> Option<Trend> {
             let (s, how, widths) = if cycles {
                 unsawn(s.clone())
             } else {
-                (s.clone(), RANKED_SAMPLES, vec![])
+                (s.clone(), SAMPLES, vec![])
             };
             shape(s, how, &widths, &mut pieces);
         }
@@ -430,37 +430,13 @@ fn fitted(pts: &[(f64, f64)], other: Vec<Vec<f64>>) -> Option<Fitted> {
     // without it leaks after a warm-up were found 0.945 of the time, not
     // 0.954.
     let head = (1.0 - phi * phi).sqrt();
-    let times: Vec<f64> = pts.iter().map(|p| p.0).collect();
-    let dt = median_gap(&times);
-    // Across a gap of g samples (those left out beside a step, a cycle
-    // whose drop went unseen) the AR(1) carries phi^g, and what it adds
-    // has variance (1 - phi^2g) / (1 - phi^2) times an innovation's.
-    // Whitened as one lag, twenty samples left out beside a step took
-    // the sd of the test's z on AR(1) noise from 1.0 to 1.8; four, 6% of
-    // such series beyond 2.58, not 1%.
-    let link: Vec<(f64, f64)> = (0..n)
-        .map(|i| {
-            let g = if i == 0 || dt <= 0.0 {
-                1.0
-            } else {
-                ((times[i] - times[i - 1]) / dt).round().max(1.0)
-            };
-            let r = phi.powf(g);
-            (r, head / (1.0 - r * r).sqrt().max(1e-12))
-        })
-        .collect();
     let whiten = |v: &[f64]| {
         (0..n)
             .map(|i| {
                 if i == 0 {
                     head * v[0]
                 } else {
-                    let (r, scale) = link[i];
-                    if r == phi {
-                        v[i] - phi * v[i - 1]
-                    } else {
-                        scale * (v[i] - r * v[i - 1])
-                    }
+                    v[i] - phi * v[i - 1]
                 }
             })
             .collect::<Vec<f64>>()
@@ -657,7 +633,7 @@ fn unsawn(s: Vec<(f64, f64)>) -> (Vec<(f64, f64)>, Shaping, Vec<f64>) {
     };
     if long_cycles(&at) {
         if let Some(z) = ramp_free(&s, &at) {
-            return (z, RANKED_SAMPLES, vec![]);
+            return (z, SAMPLES, vec![]);
         }
     }
     let (means, widths) = cycle_means(&s, &smooth, &at);
@@ -883,14 +859,8 @@ fn warmup(pts: &[(f64, f64)], widths: &[f64]) -> Option<(f64, f64, f64)> {
 /// when that leaves at most `share` of the line's residual. Splitting rather than subtracting a step
 /// keeps the test honest: the size of a step fitted next to a slope is
 /// uncertain, and what is left of it after subtraction reads as a trend.
-/// A long plain series has its step fitted instead (`step_fit`), by a
-/// model whose slope's variance counts that uncertainty.
 fn shape(s: Vec<(f64, f64)>, how: Shaping, widths: &[f64], pieces: &mut Vec<Piece>) {
-    let Shaping {
-        share,
-        min_piece,
-        fit_step,
-    } = how;
+    let Shaping { share, min_piece } = how;
     let n = s.len();
     let long = n > SHORT;
     let line = if n >= 2 * min_piece {
@@ -932,13 +902,8 @@ fn shape(s: Vec<(f64, f64)>, how: Shaping, widths: &[f64], pieces: &mut Vec<Piec
         }
         _ => match step {
             Some((r, _, k)) if r <= share * line => {
-                match (fit_step && long).then(|| step_fit(&s, k)).flatten() {
-                    Some(f) => pieces.push(Piece::Fitted(f)),
-                    None => {
-                        pieces.push(Piece::Ranked(s[..k].to_vec()));
-                        pieces.push(Piece::Ranked(s[k..].to_vec()));
-                    }
-                }
+                pieces.push(Piece::Ranked(s[..k].to_vec()));
+                pieces.push(Piece::Ranked(s[k..].to_vec()));
             }
             _ => pieces.push(Piece::Ranked(s)),
         },
@@ -961,30 +926,6 @@ fn best_step(pts: &[(f64, f64)], places: Vec<usize>) -> Option<(f64, f64, usize)
         .min_by(|a, b| a.0.total_cmp(&b.0))
 }
 
-/// The slope of a long series with a level shift at `k` fitted beside it
-/// (y = a + b t + d [t >= t_k], by `fitted`), the samples within
-/// `STEP_GUARD` of `k` left out. Split at the step for the rank test, a
-/// series loses what the slope says across the step; fitted, it keeps
-/// it: on the detector bench "leak + step" was found 0.822 of the time
-/// split and 0.879 fitted, against the oracle's 0.888 (it is told where
-/// the step is), with "step" alone at 0.1% and 0.5% false alarms.
-///
-/// The guard is what holds the test's level: whitened, a step is one
-/// sample's jump, and a step found a sample off (the noise at the step
-/// decides) put that jump where the data have none: with k as found,
-/// "step" raised 7.0%.
-fn step_fit(s: &[(f64, f64)], k: usize) -> Option<Fitted> {
-    let kept: Vec<usize> = (0..s.len())
-        .filter(|&i| i + STEP_GUARD < k || i >= k + STEP_GUARD)
-        .collect();
-    let pts: Vec<(f64, f64)> = kept.iter().map(|&i| s[i]).collect();
-    let level = kept.iter().map(|&i| f64::from(i >= k)).collect();
-    fitted(&pts, vec![level])
-}
-
-/// Samples left out on either side of a fitted step (`step_fit`).
-const STEP_GUARD: usize = 2;
-
 /// The fewest effective points the autocorrelation correction may leave.
 const MIN_EFFECTIVE: f64 = 10.0;
 
@@ -1002,28 +943,12 @@ struct Shaping {
     share: f64,
     /// The fewest points on either side of a step in a short series.
     min_piece: usize,
-    /// Whether a step in a long series is fitted (`step_fit`) rather than
-    /// split for the rank test. Only in a plain series: what is left of a
-    /// sawtooth is not the AR(1) noise the fit assumes, and on the
-    /// detector bench fitting a step took "long sawtooth + step" (its
-    /// ramp-free samples) from 0.8% to 1.8% false alarms and "sawtooth +
-    /// step" (a sawing series judged as samples after all) from 1.0% to
-    /// 1.6%.
-    fit_step: bool,
 }
 
 /// Samples.
 const SAMPLES: Shaping = Shaping {
     share: 0.85,
     min_piece: 5,
-    fit_step: true,
-};
-
-/// Samples that are not a plain series: a long sawtooth's less its ramp,
-/// or a sawing series judged as samples after all.
-const RANKED_SAMPLES: Shaping = Shaping {
-    fit_step: false,
-    ..SAMPLES
 };
 
 /// Cycle means: their noise is small beside a step, and there are few of
@@ -1035,7 +960,6 @@ const RANKED_SAMPLES: Shaping = Shaping {
 const CYCLE_MEANS: Shaping = Shaping {
     share: 0.5,
     min_piece: 2,
-    fit_step: false,
 };
 
 /// How far beyond the noise of its changes a fall must be to be a drop
@@ -1160,14 +1084,6 @@ mod tests {
         });
         let mut pieces = vec![];
         shape(step.clone(), SAMPLES, &[], &mut pieces);
-        // One piece: the step fitted beside a slope it does not move.
-        assert!(
-            matches!(pieces[..], [Piece::Fitted(f)] if f.slope.abs() < 0.0005),
-            "{pieces:?}"
-        );
-        // Split where it is not fitted.
-        let mut pieces = vec![];
-        shape(step.clone(), RANKED_SAMPLES, &[], &mut pieces);
         assert_eq!(pieces.len(), 2);
         assert_eq!(start(&pieces[1]), 700.0);
         // Growth above 0.005/s (1.8%/h of a limit of 1000) is a leak.
@@ -1190,25 +1106,6 @@ mod tests {
         let t = growth_trend(&[leak]).unwrap();
         assert!(is_growth(&t, 0.005, 0.01), "{t:?}");
         assert!((t.slope - 0.01).abs() < 0.002, "{t:?}");
-    }
-
-    /// A step fitted with the samples beside it left out holds the test's
-    /// level on AR(1) noise: its z is a standard normal's. Whitened as if
-    /// the samples on either side of the gap were consecutive, 19 of
-    /// these 300 were beyond 2.58.
-    #[test]
-    fn a_fitted_step_holds_the_tests_level() {
-        let (trials, mut beyond) = (300, 0);
-        for seed in 0..trials {
-            let noise = ar_noise(seed, 1800);
-            let pts = series(1800, |t| {
-                noise[t as usize] + if t >= 900.0 { 20.0 } else { 0.0 }
-            });
-            let f = step_fit(&pts, 900).expect("a fit");
-            beyond += usize::from(f.z.abs() > 2.576);
-        }
-        // 1% expected: 3 of 300.
-        assert!(beyond <= 9, "{beyond} of {trials}");
     }
 
     /// AR(1) noise, phi 0.9, sd 1, from a fixed seed.
