@@ -9,7 +9,7 @@
 //! 1 GiB limit: a base level, AR(1) noise (phi 0.9, sd 0.5% of the limit;
 //! "heavy": 2%) with rare spikes, and per class a GC sawtooth (period
 //! 10-60 s, or 60-180 s for "long", amplitude 2-15%), a step (+2-10% at a
-//! random time), a warm-up (+5-20% approached with a time constant of
+//! random time, at once or, "ramped", over 5-60 s), a warm-up (+5-20% approached with a time constant of
 //! 30-120 s, a cache filling), and/or a leak of 2% of the limit per hour.
 //! Both detectors flag growth above 1% of the limit per hour; soak's also
 //! needs the trend to be significant (p < 0.01).
@@ -23,7 +23,8 @@
 //!
 //! The third column is what no detector can beat: an oracle told the
 //! noise's law (AR(1), phi 0.9, its innovations' sd), every sawtooth and
-//! spike, where the step is and that a warm-up is an exponential curve;
+//! spike, where the step is (a ramp's samples it leaves out) and that a
+//! warm-up is an exponential curve;
 //! not the step's size, nor the warm-up's size and time constant, nor
 //! whether there is a leak. It subtracts what it was told, splits at the
 //! step, fits the warm-up and tests the slope by generalised least
@@ -49,6 +50,9 @@ struct Class {
     /// The sawtooth's range of periods, in seconds.
     saw: Option<(f64, f64)>,
     step: bool,
+    /// Whether the step is spread over 5-60 s (a cache filling over
+    /// seconds) rather than taken at once.
+    ramp: bool,
     heavy: bool,
     warm: bool,
     /// The series' length in seconds.
@@ -66,8 +70,9 @@ struct Drawn {
     pts: Vec<(f64, f64)>,
     /// The sawtooth and spikes in each sample (a warm-up is not told).
     known: Vec<f64>,
-    /// The first sample after the step.
-    step_at: Option<usize>,
+    /// The first sample of the step, and the first after it (the same
+    /// unless it ramps): the oracle leaves out what is between.
+    step_at: Option<(usize, usize)>,
     /// The sd of the noise's innovations.
     innovation_sd: f64,
     /// Whether it warms up (its size and time constant are not told).
@@ -90,6 +95,13 @@ fn series(c: Class, rng: &mut impl Rng) -> Drawn {
         LIMIT * rng.random_range(0.05..0.20),
         rng.random_range(30.0..120.0),
     );
+    // Drawn only where it is used, so that the other classes keep their
+    // series.
+    let width = if c.ramp {
+        rng.random_range(5.0..60.0)
+    } else {
+        0.0
+    };
     let sd = if c.heavy { 0.02 } else { 0.005 } * LIMIT;
     let innovation_sd = (1.0f64 - PHI * PHI).sqrt() * sd;
     let mut ar = 0.0;
@@ -109,7 +121,11 @@ fn series(c: Class, rng: &mut impl Rng) -> Drawn {
             v += warm * (1.0 - (-t / tau).exp());
         }
         if c.step && t >= step_at {
-            v += step;
+            v += if c.ramp {
+                step * ((t - step_at) / width).min(1.0)
+            } else {
+                step
+            };
         }
         if c.leak {
             v += LEAK_PER_H * t / 3600.0;
@@ -120,7 +136,9 @@ fn series(c: Class, rng: &mut impl Rng) -> Drawn {
     Drawn {
         pts,
         known,
-        step_at: c.step.then(|| step_at.ceil() as usize),
+        step_at: c
+            .step
+            .then(|| (step_at.ceil() as usize, (step_at + width).ceil() as usize)),
         innovation_sd,
         warm: c.warm,
     }
@@ -177,10 +195,12 @@ fn oracle(d: &Drawn) -> bool {
 /// coefficients.
 fn gls(d: &Drawn, y: &[f64], extra: &[Vec<f64>]) -> Option<(f64, f64, f64, Vec<f64>)> {
     let n = y.len();
-    let cut = d.step_at.filter(|k| (2..n - 2).contains(k));
-    // Pieces as (start, end).
+    let cut = d
+        .step_at
+        .filter(|(k, end)| (2..n - 2).contains(k) && *end < n - 2);
+    // Pieces as (start, end), a ramping step's samples left out.
     let pieces: Vec<(usize, usize)> = match cut {
-        Some(k) => vec![(0, k), (k, n)],
+        Some((k, end)) => vec![(0, k), (end, n)],
         None => vec![(0, n)],
     };
     // Whitened rows: the slope's column, a level per piece, the extra
@@ -299,6 +319,7 @@ fn main() {
         leak,
         saw,
         step,
+        ramp: false,
         heavy,
         warm,
         seconds: SECONDS,
@@ -340,6 +361,15 @@ fn main() {
             false,
             true,
         ),
+        // A cache that fills over 5-60 s rather than at once.
+        Class {
+            ramp: true,
+            ..class("ramped step", false, None, true, false, false)
+        },
+        Class {
+            ramp: true,
+            ..class("leak + ramped step", true, None, true, false, false)
+        },
     ];
     println!("Leak 2% of the limit per hour, threshold 1%/h, 30 min at 1 Hz, {trials} series per class.\n");
     table(&classes, trials, &only, 20261202);
