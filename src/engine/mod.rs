@@ -200,9 +200,10 @@ impl<'a, N: Node> Cell<'a, N> {
 
     /// Starts the node again after it went down, and records the restart.
     /// After an unclean death (a kill, a chaos action, an OOM kill, a
-    /// crash, or one while it started again) the load is held and every key read back before it writes
-    /// again, so that each death's losses are counted against it (unless
-    /// the suite says `readback_after_restart: false`). A node that dies
+    /// crash, or one while it started again) the load is held and every
+    /// key read back before it writes again, so that each death's losses
+    /// are counted against it (unless the suite says
+    /// `readback_after_restart: false`). A node that dies
     /// under that read-back is restarted and read back again.
     async fn start(&mut self) -> Result<u64, CellError> {
         let mut resume = false;
