@@ -9,8 +9,9 @@
 //! 1 GiB limit: a base level, AR(1) noise (phi 0.9, sd 0.5% of the limit;
 //! "heavy": 2%) with rare spikes, and per class a GC sawtooth (period
 //! 10-60 s, or 60-180 s for "long", amplitude 2-15%), a step (+2-10% at a
-//! random time, at once or, "ramped", over 5-60 s), a warm-up (+5-20% approached with a time constant of
-//! 30-120 s, a cache filling), and/or a leak of 2% of the limit per hour.
+//! random time, at once or, "ramped", over 5-60 s), a warm-up (+5-20%
+//! approached with a time constant of 30-120 s, a cache filling), and/or
+//! a leak of 2% of the limit per hour.
 //! Both detectors flag growth above 1% of the limit per hour; soak's also
 //! needs the trend to be significant (p < 0.01).
 //! Goal: true-positive rate >= 0.95 on leaks, false-positive rate <= 0.01
@@ -24,9 +25,8 @@
 //! The third column is what no detector can beat: an oracle told the
 //! noise's law (AR(1), phi 0.9, its innovations' sd), every sawtooth and
 //! spike, where the step is (a ramp's samples it leaves out) and that a
-//! warm-up is an exponential curve;
-//! not the step's size, nor the warm-up's size and time constant, nor
-//! whether there is a leak. It subtracts what it was told, splits at the
+//! warm-up is an exponential curve; not the step's size, nor the
+//! warm-up's size and time constant, nor whether there is a leak. It subtracts what it was told, splits at the
 //! step, fits the warm-up and tests the slope by generalised least
 //! squares (the best unbiased estimate for that noise, its z test the
 //! most powerful at level 0.01), with the same threshold. Its

@@ -203,8 +203,8 @@ impl<'a, N: Node> Cell<'a, N> {
     /// crash, or one while it started again) the load is held and every
     /// key read back before it writes again, so that each death's losses
     /// are counted against it (unless the suite says
-    /// `readback_after_restart: false`). A node that dies
-    /// under that read-back is restarted and read back again.
+    /// `readback_after_restart: false`). A node that dies under that
+    /// read-back is restarted and read back again.
     async fn start(&mut self) -> Result<u64, CellError> {
         let mut resume = false;
         // OOM kills before the node got ready again (see below).

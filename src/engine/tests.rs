@@ -196,6 +196,14 @@ impl Sink for Seen {
     }
 }
 
+impl Seen {
+    /// How many events told of `text`.
+    fn count(&self, text: &str) -> usize {
+        let seen = self.0.lock().unwrap();
+        seen.iter().filter(|(_, e)| e.contains(text)).count()
+    }
+}
+
 fn phases(yaml: &str) -> Vec<Phase> {
     serde_norway::from_str(yaml).expect("valid phases")
 }
@@ -312,12 +320,7 @@ async fn an_oom_kill_while_restarting_is_the_same_outage_not_a_failed_start() {
     assert_eq!(restarts[0].reason, Cause::Oom);
     // Down since the first kill, at 3 s (and the first start's 50 ms).
     assert!((restarts[0].at_s - 3.05).abs() < 0.01, "{restarts:?}");
-    let seen = r.seen.0.lock().unwrap();
-    let kills = seen
-        .iter()
-        .filter(|(_, e)| e.contains("oom-killed"))
-        .count();
-    assert_eq!(kills, 2, "{seen:?}");
+    assert_eq!(r.seen.count("oom-killed"), 2, "{:?}", r.seen.0);
 }
 
 /// Killed for memory while it starts after a graceful restart: a death
@@ -334,11 +337,7 @@ async fn an_oom_kill_while_starting_after_a_graceful_restart_is_a_death() {
     let restarts = &r.bus.recorder.restarts;
     assert_eq!(restarts.len(), 1, "{restarts:?}");
     assert_eq!(restarts[0].reason, Cause::Restart);
-    let seen = r.seen.0.lock().unwrap();
-    assert!(
-        seen.iter().any(|(_, e)| e.contains("oom-killed")),
-        "{seen:?}"
-    );
+    assert_eq!(r.seen.count("oom-killed"), 1, "{:?}", r.seen.0);
 }
 
 /// A node that is OOM-killed every time it starts again is a crash loop,
@@ -574,11 +573,11 @@ async fn an_oom_kill_during_a_read_back_is_a_restart_and_the_read_back_starts_ag
     assert_eq!(restarts.len(), 1, "{restarts:?}");
     assert_eq!(restarts[0].reason, Cause::Oom);
     // The read-back began again on the restarted node and read every key.
-    let seen = r.seen.0.lock().unwrap();
-    assert!(
-        seen.iter()
-            .any(|(_, l)| l.contains("the node died during the read-back")),
-        "{seen:?}"
+    assert_eq!(
+        r.seen.count("the node died during the read-back"),
+        1,
+        "{:?}",
+        r.seen.0
     );
     // Twice every key: the restart's own read-back, then the verify's.
     assert!(restarts[0].readback_s.is_some(), "{restarts:?}");
