@@ -60,7 +60,9 @@ fn redis_benchmark(port: u16, test: &str, pipeline: usize) -> f64 {
 /// soak's closed loop for `secs`, after filling the keys (for GETs).
 async fn soak(port: u16, test: &str, pipeline: usize, secs: f64) -> f64 {
     let cfg = LoadConfig {
-        target: format!("127.0.0.1:{port}"),
+        protocol: soak::protocol::Spec::Resp(soak::protocol::resp::Spec {
+            target: format!("127.0.0.1:{port}"),
+        }),
         keys: KEYS,
         value_size: (VALUE, VALUE),
         compressibility: None,

@@ -324,7 +324,7 @@ pub fn main() -> i32 {
 #[cfg(feature = "node")]
 fn inspect_command(dir: &std::path::Path, ledger: Option<&std::path::Path>, json: bool) -> i32 {
     use crate::units::Bytes;
-    let ledger = match ledger.map(crate::workload::Ledger::load).transpose() {
+    let ledger = match ledger.map(crate::oracle::Ledger::load).transpose() {
         Ok(l) => l,
         Err(e) => {
             eprintln!("error: {e}");

@@ -2,9 +2,10 @@
 //!
 //! The modules follow the data flow of a run (see `DESIGN.md` in the
 //! project's shared folder): a `suite` is parsed, its node is started by a
-//! `driver`, a `workload` runs against it, `telemetry` samples it, `chaos`
-//! runs the phases, `verify` reads the writes back, `analysis` turns the
-//! series into trends and `report` writes the verdict. `run` ties them
+//! `driver`, a `workload` runs against it in any `protocol`, `telemetry`
+//! samples it, the `engine` runs the phases, `verify` reads the writes
+//! back, the `oracle` judges every acknowledged write, `analysis` turns
+//! the series into trends and `report` writes the verdict. `run` ties them
 //! together; `node` is the reference system under test (`soak-node`).
 
 pub mod analysis;
@@ -22,8 +23,10 @@ pub mod model;
 pub mod net;
 #[cfg(feature = "node")]
 pub mod node;
+pub mod oracle;
 pub mod plan;
 pub mod progress;
+pub mod protocol;
 pub mod report;
 pub mod run;
 pub mod signal;

@@ -184,6 +184,19 @@ impl Renderer<'_> {
         Ok(url)
     }
 
+    /// A request template: the suite's variables filled in, the key and
+    /// value placeholders kept for each request.
+    fn request(&self, field: &str, text: &str) -> Result<String, PlanError> {
+        let mut vars = self.vars.clone();
+        for p in crate::protocol::http::PLACEHOLDERS {
+            vars.insert(p.to_string(), format!("${{{p}}}"));
+        }
+        template::render(text, &vars).map_err(|error| PlanError::Template {
+            field: field.into(),
+            error,
+        })
+    }
+
     fn argv(&self, field: &str, argv: &[String]) -> Result<Vec<String>, PlanError> {
         argv.iter()
             .enumerate()
@@ -213,13 +226,18 @@ fn variables(
     data_dir: &Path,
 ) -> Result<BTreeMap<String, String>, PlanError> {
     let mut vars = def.variables();
-    let [port, metrics] = if ctx.real_ports {
+    // Ports for the node: `${PORT}`, `${METRICS_PORT}`, and more for nodes
+    // that need several (etcd's peers, a broker's controller).
+    let [port, metrics, port2, port3, port4] = if ctx.real_ports {
         crate::net::ports::free()
             .map_err(|e| PlanError::Environment(format!("no free port on 127.0.0.1: {e}")))?
     } else {
-        [6379, 9100]
+        [6379, 9100, 6380, 6381, 6382]
     };
     vars.insert("PORT".into(), port.to_string());
+    vars.insert("PORT2".into(), port2.to_string());
+    vars.insert("PORT3".into(), port3.to_string());
+    vars.insert("PORT4".into(), port4.to_string());
     vars.insert("METRICS_PORT".into(), metrics.to_string());
     vars.insert("DATA_DIR".into(), data_dir.display().to_string());
     vars.insert("CELL_DIR".into(), dir.display().to_string());
@@ -305,12 +323,18 @@ fn versions(
     Ok(out)
 }
 
-fn load_config(suite: &Suite, r: &Renderer, seed: u64) -> Result<Option<LoadConfig>, PlanError> {
+fn load_config(
+    suite: &Suite,
+    r: &Renderer,
+    seed: u64,
+    dir: &Path,
+    run_id: &str,
+) -> Result<Option<LoadConfig>, PlanError> {
     let Some(w) = &suite.workload else {
         return Ok(None);
     };
     Ok(Some(LoadConfig {
-        target: r.one("workload.resp.target", &w.resp.target)?,
+        protocol: protocol_spec(w, r, dir, run_id)?,
         keys: w.keys.0 as usize,
         value_size: (w.value_range().min as usize, w.value_range().max as usize),
         compressibility: w.compressibility(),
@@ -329,6 +353,169 @@ fn load_config(suite: &Suite, r: &Renderer, seed: u64) -> Result<Option<LoadConf
         seed,
         distribution: w.distribution,
     }))
+}
+
+/// The workload's protocol, rendered for the cell.
+fn protocol_spec(
+    w: &crate::suite::Workload,
+    r: &Renderer,
+    dir: &Path,
+    run_id: &str,
+) -> Result<crate::protocol::Spec, PlanError> {
+    use crate::protocol::{self as p, Spec};
+    let bad = |field: &str, error: String| PlanError::Template {
+        field: field.into(),
+        error,
+    };
+    if let Some(resp) = &w.resp {
+        return Ok(Spec::Resp(p::resp::Spec {
+            target: r.one("workload.resp.target", &resp.target)?,
+        }));
+    }
+    if let Some(pg) = &w.postgres {
+        let url = r.one("workload.postgres.url", &pg.url)?;
+        return p::postgres::Spec::from_url(&url, &pg.table)
+            .map(Spec::Postgres)
+            .map_err(|e| bad("workload.postgres.url", e));
+    }
+    if let Some(a) = &w.adapter {
+        let mut env = vec![];
+        for (k, v) in &a.env {
+            env.push((k.clone(), r.one(&format!("workload.adapter.env.{k}"), v)?));
+        }
+        let mut params = BTreeMap::new();
+        for (k, v) in &a.params {
+            params.insert(
+                k.clone(),
+                r.one(&format!("workload.adapter.params.{k}"), v)?,
+            );
+        }
+        return Ok(Spec::Adapter(p::adapter::Spec {
+            command: r.argv("workload.adapter.command", &a.command)?,
+            env,
+            target: a
+                .target
+                .as_ref()
+                .map(|t| r.one("workload.adapter.target", t))
+                .transpose()?,
+            params,
+            init_timeout_s: a.init_timeout.0.as_secs_f64(),
+            needs: p::Caps {
+                multi_get: w.mix.mget > 0.0,
+                delete: w.mix.del > 0.0,
+            },
+            log: dir.join("adapter.log"),
+            run_id: run_id.to_string(),
+        }));
+    }
+    let Some(h) = &w.http else {
+        unreachable!("validated: one protocol");
+    };
+    let url = r.one("workload.http.url", &h.url)?;
+    let uri = crate::net::http::check_url(&url).map_err(|e| {
+        bad(
+            "workload.http.url",
+            format!("{e}, e.g. http://127.0.0.1:${{PORT}}"),
+        )
+    })?;
+    let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
+    let target = if uri.port().is_some() {
+        authority.clone()
+    } else {
+        format!("{authority}:80")
+    };
+    let prefix = uri.path().trim_end_matches('/').to_string();
+    let request = |name: &str, q: &crate::suite::protocol::HttpRequest, method: &str| {
+        let at = |f: &str| format!("workload.http.{name}.{f}");
+        let path = r.request(&at("path"), &q.path)?;
+        let path = if path.starts_with('/') || path.is_empty() {
+            format!("{prefix}{path}")
+        } else {
+            return Err(bad(
+                &at("path"),
+                format!("{path:?}: give the path from `/`"),
+            ));
+        };
+        let mut headers = vec![];
+        for (k, v) in &q.headers {
+            headers.push((k.clone(), r.request(&at(&format!("headers.{k}")), v)?));
+        }
+        Ok(p::http::RequestSpec {
+            method: q.method.clone().unwrap_or_else(|| method.into()),
+            path: if path.is_empty() { "/".into() } else { path },
+            body: q
+                .body
+                .as_ref()
+                .map(|b| r.request(&at("body"), b))
+                .transpose()?,
+            headers,
+        })
+    };
+    let mut headers = vec![];
+    for (k, v) in &h.headers {
+        headers.push((
+            k.clone(),
+            r.request(&format!("workload.http.headers.{k}"), v)?,
+        ));
+    }
+    let defaults = p::http::Statuses::default();
+    let set = |given: &Option<Vec<crate::suite::protocol::Status>>, d: &p::http::StatusSet| {
+        given
+            .as_ref()
+            .map(|v| v.iter().map(|s| (s.0, s.1)).collect())
+            .unwrap_or_else(|| d.clone())
+    };
+    let spec = p::http::Spec {
+        target,
+        host: authority,
+        headers,
+        write: request("write", &h.write, "PUT")?,
+        read: request("read", &h.read, "GET")?,
+        delete: h
+            .delete
+            .as_ref()
+            .map(|d| request("delete", d, "DELETE"))
+            .transpose()?,
+        value: match &h.value.json {
+            Some(pointer) => p::http::Extract::Json {
+                pointer: pointer.clone(),
+                decode: h.value.decode,
+            },
+            None => p::http::Extract::Body {
+                decode: h.value.decode,
+            },
+        },
+        status: p::http::Statuses {
+            done: set(&h.status.done, &defaults.done),
+            missing: set(&h.status.missing, &defaults.missing),
+            not_done: set(&h.status.not_done, &defaults.not_done),
+            unknown: set(&h.status.unknown, &defaults.unknown),
+        },
+        setup: h
+            .setup
+            .iter()
+            .enumerate()
+            .map(|(i, s)| request(&format!("setup[{i}]"), s, "PUT"))
+            .collect::<Result<_, _>>()?,
+    };
+    if let Err(e) = p::http::Http::compile_check(&spec) {
+        let (part, _) = e.split_once(':').unwrap_or(("write", ""));
+        let field = if part.starts_with("setup") {
+            "workload.http.setup".to_string()
+        } else {
+            format!("workload.http.{part}")
+        };
+        return Err(bad(&field, e));
+    }
+    if let Some(ptr) = &h.value.json {
+        if !ptr.is_empty() && !ptr.starts_with('/') {
+            return Err(bad(
+                "workload.http.value.json",
+                format!("{ptr:?} is not a JSON pointer: give one from `/`, e.g. /kvs/0/value"),
+            ));
+        }
+    }
+    Ok(Spec::Http(Box::new(spec)))
 }
 
 /// Resolves one cell of `suite` in `ctx`.
@@ -397,6 +584,10 @@ pub fn resolve(
         stop_signal: suite.node.stop.signal.0,
         grace: suite.node.stop.grace.0,
         log: dir.join("node.log"),
+        user: match &base.image {
+            Some(_) => None,
+            None => suite.node.user.clone(),
+        },
     };
     let scrape = match &suite.node.metrics {
         Some(m) => Some(r.url("node.metrics.prometheus", &m.prometheus)?),
@@ -415,7 +606,7 @@ pub fn resolve(
         rel_dir,
         versions: versions(suite, &base, &r)?,
         container,
-        load: load_config(suite, &r, ctx.seed)?,
+        load: load_config(suite, &r, ctx.seed, &dir, &ctx.run_id)?,
         scrape,
         node,
         allocator,

@@ -355,7 +355,7 @@ async fn prepare_node(
         .map_err(|e| env_err("cannot create the cell folder", e))?;
     let mut saved = crate::verify::saved::SavedNode::of(
         &plan.node,
-        plan.load.as_ref().map(|l| l.target.clone()),
+        plan.load.as_ref().map(|l| l.protocol.clone()),
         plan.load
             .as_ref()
             .map(|l| l.timeout)
@@ -514,12 +514,19 @@ async fn run_cell(
     // With `network` phases, the load connects through soak's proxy (the
     // read-backs do not: they judge the data, not the network).
     let network = match (&plan.load, uses_network(&suite.phases)) {
-        (Some(l), true) => Some(Arc::new(start_proxy(&l.target, plan.seed).await?)),
+        (Some(l), true) => {
+            let target = l.protocol.target().ok_or_else(|| {
+                RunError::Environment(
+                    "`network` faults need to know where the load's requests go: give the adapter a `target`".into(),
+                )
+            })?;
+            Some(Arc::new(start_proxy(&target, plan.seed).await?))
+        }
         _ => None,
     };
     let mut load_cfg = plan.load.clone();
     if let (Some(c), Some(p)) = (load_cfg.as_mut(), &network) {
-        c.target = p.addr().to_string();
+        c.protocol.retarget(&p.addr().to_string());
     }
     let mut load = load_cfg.map(Engine::new);
     if let Some(l) = load.as_mut() {
@@ -555,6 +562,9 @@ async fn run_cell(
     if let Some(d) = &disk {
         target.data_dir = Some(d.backing().to_path_buf());
     }
+    if let (Some(user), None) = (&plan.node.user, &plan.container) {
+        give_data_dir(&plan.data_dir, user)?;
+    }
     let telemetry = Telemetry::start(plan, &target, origin)?;
     let ctx = Context {
         dir: plan.dir.clone(),
@@ -568,17 +578,13 @@ async fn run_cell(
         disk: disk.clone(),
         unsynced_tail_allowed: plan.unsynced_tail_allowed,
     };
-    let verify_target = plan
-        .load
-        .as_ref()
-        .map(|l| l.target.clone())
-        .unwrap_or_default();
+    let verify = plan.load.as_ref().map(|l| l.protocol.open());
     let mut cell = Cell::new(
         &mut node,
         load.as_mut(),
         target,
         &mut bus,
-        verify_target,
+        verify,
         interrupt,
         ctx,
     );
@@ -637,6 +643,35 @@ async fn run_cell(
         engine,
     };
     Ok(assemble(plan, outcome.err(), &mut bus, measured))
+}
+
+/// Gives the node's data directory to the user it runs as, after making
+/// sure that user can reach it (a folder above it that only its owner may
+/// enter, as `tempfile` makes them, would stop the node with a bare
+/// "Permission denied").
+fn give_data_dir(data_dir: &std::path::Path, user: &str) -> Result<(), RunError> {
+    use std::os::unix::fs::MetadataExt;
+    let (uid, gid) = crate::driver::process::resolve_user(user)
+        .map_err(|e| RunError::Environment(format!("node.user: {e}")))?;
+    for dir in data_dir.ancestors().skip(1) {
+        let Ok(md) = std::fs::metadata(dir) else {
+            continue;
+        };
+        let searchable = md.mode() & 0o001 != 0
+            || (md.uid() == uid && md.mode() & 0o100 != 0)
+            || (md.gid() == gid && md.mode() & 0o010 != 0);
+        if !searchable {
+            return Err(RunError::Environment(format!(
+                "the node runs as {user}, who cannot enter {} (mode {:o}): `chmod o+x {}`, or give the run an --out folder {user} can reach",
+                dir.display(),
+                md.mode() & 0o7777,
+                dir.display()
+            )));
+        }
+    }
+    std::os::unix::fs::chown(data_dir, Some(uid), Some(gid)).map_err(|e| {
+        RunError::Environment(format!("cannot give {} to {user}: {e}", data_dir.display()))
+    })
 }
 
 /// What the cell measured besides its records.
@@ -827,6 +862,7 @@ fn assemble(
         integrity.lost += l.lost_reads;
         integrity.corrupted += l.corrupted_reads;
         integrity.resurrected += l.resurrected_reads;
+        integrity.aborted += l.aborted_reads;
     }
     let checks = checks::evaluate(
         &plan.checks,

@@ -2,7 +2,7 @@
 //! every one written and acknowledged, measured as the growth of this test
 //! process's resident memory (its own binary: nothing else runs in it).
 
-use soak::workload::ledger::Ledger;
+use soak::oracle::Ledger;
 
 fn rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();

@@ -7,8 +7,8 @@ mod common;
 use std::path::Path;
 
 use common::Node;
+use soak::oracle::Ledger;
 use soak::verify::offline;
-use soak::workload::Ledger;
 
 const KEYS: usize = 3000;
 
@@ -188,7 +188,9 @@ async fn a_database_written_by_rocksdb_7_8_is_served_by_soak_node_and_the_downgr
     // Opened and served by soak-node (RocksDB 11.8), read back over RESP.
     let node = Node::start(db, &[], &[]);
     let online = soak::verify::online(
-        &node.resp,
+        &soak::protocol::resp::Spec {
+            target: node.resp.clone(),
+        },
         &ledger,
         std::time::Duration::from_secs(5),
         None,

@@ -1003,7 +1003,7 @@ mod tests {
     fn noise(seed: u64) -> impl FnMut() -> f64 {
         let mut x = seed;
         move || {
-            x = crate::workload::ledger::mix64(x);
+            x = crate::units::mix64(x);
             (x % 1000) as f64 / 1000.0
         }
     }
@@ -1028,7 +1028,7 @@ mod tests {
         // A deterministic pseudo-random flat series.
         let mut x: u64 = 7;
         let t = trend(&[series(600, |_| {
-            x = crate::workload::ledger::mix64(x);
+            x = crate::units::mix64(x);
             (x % 1000) as f64
         })])
         .unwrap();
@@ -1112,7 +1112,7 @@ mod tests {
     fn ar_noise(seed: u64, n: usize) -> Vec<f64> {
         let mut x = seed;
         let mut uniform = move || {
-            x = crate::workload::ledger::mix64(x);
+            x = crate::units::mix64(x);
             ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64
         };
         let mut ar = 0.0;

@@ -59,6 +59,44 @@ pub struct Spec {
     pub stop_signal: Signal,
     pub grace: Duration,
     pub log: PathBuf,
+    /// The user the node runs as (`NAME`, `UID`, `UID:GID`, `NAME:GROUP`);
+    /// soak's own without one. PostgreSQL refuses to run as root.
+    pub user: Option<String>,
+}
+
+/// The uid and gid of `user` (`NAME`, `UID`, `UID:GID`, `NAME:GROUP`).
+pub fn resolve_user(user: &str) -> Result<(u32, u32), String> {
+    use nix::unistd::{Group, User};
+    let (u, g) = match user.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (user, None),
+    };
+    let found = match u.parse::<u32>() {
+        Ok(uid) => User::from_uid(uid.into()).ok().flatten(),
+        Err(_) => User::from_name(u).ok().flatten(),
+    };
+    let uid = match (u.parse::<u32>(), &found) {
+        (Ok(uid), _) => uid,
+        (_, Some(f)) => f.uid.as_raw(),
+        _ => {
+            return Err(format!(
+                "there is no user {u:?} on this machine (`useradd {u}` makes one)"
+            ))
+        }
+    };
+    let gid = match g {
+        Some(g) => match g.parse::<u32>() {
+            Ok(gid) => gid,
+            Err(_) => Group::from_name(g)
+                .ok()
+                .flatten()
+                .ok_or_else(|| format!("there is no group {g:?} on this machine"))?
+                .gid
+                .as_raw(),
+        },
+        None => found.map(|f| f.gid.as_raw()).unwrap_or(uid),
+    };
+    Ok((uid, gid))
 }
 
 /// Why a start did not get ready.
@@ -191,6 +229,10 @@ impl ProcessNode {
             })?),
             None => None,
         };
+        let user = match &spec.user {
+            Some(u) => Some(resolve_user(u).map_err(DriverError::Io)?),
+            None => None,
+        };
         let (pid_tx, pid_rx) = std::sync::mpsc::channel();
         let (exit_tx, exit_rx) = watch::channel(None);
         let parent = std::process::id() as i32;
@@ -202,6 +244,12 @@ impl ProcessNode {
                     .envs(spec.env.iter().map(|(k, v)| (k, v)))
                     .stdin(Stdio::null())
                     .process_group(0);
+                if let Some((uid, gid)) = user {
+                    // Set before the hook below runs (std drops the
+                    // supplementary groups too), so the death signal
+                    // set there is not cleared by the change of user.
+                    cmd.uid(uid).gid(gid);
+                }
                 match log.try_clone() {
                     Ok(out) => {
                         cmd.stdout(out).stderr(log);

@@ -52,6 +52,11 @@ pub fn evaluate(c: &Checks, m: &Measured) -> Vec<CheckResult> {
         .iter()
         .filter(|r| r.reason == crate::model::Cause::Crash)
         .count();
+    // A suite that checks lost writes checks aborted reads with the same
+    // limit unless it says otherwise (shown where there are any).
+    let aborted = c
+        .aborted_reads
+        .or(c.lost_writes.filter(|_| m.integrity.aborted > 0));
     let mut out: Vec<CheckResult> = [
         count(
             "lost_writes",
@@ -74,11 +79,13 @@ pub fn evaluate(c: &Checks, m: &Measured) -> Vec<CheckResult> {
             c.corrupted_writes,
             m.integrity.corrupted,
         ),
+        count("aborted_reads", aborted, m.integrity.aborted),
         count("oom_kills", c.oom_kills, m.memory.oom_kills),
         count("crashes", c.crashes, crashes as u64),
     ]
     .into_iter()
     .flatten()
+    .map(|r| unjudged(r, m.integrity))
     .collect();
     for g in &c.memory_growth {
         out.push(match spans(g.phase.as_ref(), g.window, m) {
@@ -471,6 +478,26 @@ fn verdict_of(ok: bool, severity: Severity) -> Verdict {
 
 fn opt<T: Into<Value>>(v: Option<T>) -> Value {
     v.map(Into::into).unwrap_or(Value::Null)
+}
+
+/// The checks of acknowledged writes, where no write was judged: "0
+/// lost" would read as a durable node when nothing was read back (a
+/// cell driven by `exec` phases alone, a node that refused every write).
+/// A pass becomes a warning that says so.
+fn unjudged(mut r: CheckResult, i: &Integrity) -> CheckResult {
+    const OF_WRITES: [&str; 4] = [
+        "lost_writes",
+        "unsynced_writes",
+        "corrupted_writes",
+        "aborted_reads",
+    ];
+    if OF_WRITES.contains(&r.name.as_str()) && !i.judged() && r.verdict == Verdict::Pass {
+        r.verdict = Verdict::Warn;
+        r.detail = Some(
+            "no writes judged: nothing acknowledged was read back (no workload, or a node that acknowledged no write)".into(),
+        );
+    }
+    r
 }
 
 fn count(name: &str, c: Option<CountCheck>, value: u64) -> Option<CheckResult> {
@@ -914,7 +941,7 @@ mod tests {
         let mut noise = {
             let mut x = 7u64;
             move || {
-                x = crate::workload::ledger::mix64(x);
+                x = crate::units::mix64(x);
                 (x % 1000) as f64 / 1000.0 - 0.5
             }
         };

@@ -342,10 +342,15 @@ impl Event {
                 integrity,
                 first_lost,
             } => format!(
-                "reads during the load: {} lost, {} corrupted, {} resurrected{}",
+                "reads during the load: {} lost, {} corrupted, {} resurrected{}{}",
                 integrity.lost,
                 integrity.corrupted,
                 integrity.resurrected,
+                if integrity.aborted > 0 {
+                    format!(", {} aborted (a failed write read back)", integrity.aborted)
+                } else {
+                    String::new()
+                },
                 first(first_lost)
             ),
             Event::ReadBackRetry { error } => format!(

@@ -52,6 +52,10 @@ pub enum CellError {
     CrashLoop(usize),
     #[error("{0}")]
     Setup(String),
+    /// The load's protocol cannot go on: an adapter that does not speak
+    /// it, a database that refuses soak (exit 3).
+    #[error("{0}")]
+    Protocol(String),
 }
 
 impl CellError {
@@ -108,7 +112,9 @@ pub struct Cell<'a, N: Node> {
     pub load: Option<&'a mut Load>,
     pub target: Target,
     pub bus: &'a mut Bus,
-    pub verify_target: String,
+    /// The protocol read-backs go through: the node's own address, never
+    /// the network fault proxy (they judge the data, not the network).
+    pub verify: Option<std::sync::Arc<dyn crate::protocol::Protocol>>,
     pub interrupt: watch::Receiver<bool>,
     pub ctx: Context,
     /// The version the node runs (or ran last).
@@ -130,7 +136,7 @@ impl<'a, N: Node> Cell<'a, N> {
         load: Option<&'a mut Load>,
         target: Target,
         bus: &'a mut Bus,
-        verify_target: String,
+        verify: Option<std::sync::Arc<dyn crate::protocol::Protocol>>,
         interrupt: watch::Receiver<bool>,
         ctx: Context,
     ) -> Cell<'a, N> {
@@ -139,7 +145,7 @@ impl<'a, N: Node> Cell<'a, N> {
             load,
             target,
             bus,
-            verify_target,
+            verify,
             interrupt,
             ctx,
             version: BASE_VERSION.into(),
@@ -354,12 +360,14 @@ impl<'a, N: Node> Cell<'a, N> {
             lost: stats.lost_reads,
             corrupted: stats.corrupted_reads,
             resurrected: stats.resurrected_reads,
+            aborted: stats.aborted_reads,
             ..Integrity::default()
         };
         let since = Integrity {
             lost: now.lost - self.reads_mark.lost,
             corrupted: now.corrupted - self.reads_mark.corrupted,
             resurrected: now.resurrected - self.reads_mark.resurrected,
+            aborted: now.aborted - self.reads_mark.aborted,
             ..Integrity::default()
         };
         self.reads_mark = now;
@@ -399,12 +407,17 @@ impl<'a, N: Node> Cell<'a, N> {
             }
             let save_at = (self.load.is_some()).then(|| self.saved_at + self.save_every);
             let wake = save_at.map_or(end, |s| s.min(end));
+            let mut fatal = self.load.as_deref().map(|l| l.fatal());
+            if let Some(why) = fatal.as_ref().and_then(|f| f.borrow().clone()) {
+                return Err(CellError::Protocol(why));
+            }
             let exited = self.node.exited();
             let mut int = self.interrupt.clone();
             tokio::select! {
                 _ = tokio::time::sleep_until(wake) => {}
                 _ = exited => {}
                 _ = int.changed() => {}
+                _ = async { match fatal.as_mut() { Some(f) => { let _ = f.changed().await; } None => std::future::pending().await } } => {}
             }
         }
     }
@@ -519,10 +532,11 @@ impl<'a, N: Node> Cell<'a, N> {
         tails: Option<verify::Tails>,
     ) -> Result<verify::ReadBack, VerifyError> {
         let load = self.load.as_deref().expect("a workload to read back");
+        let protocol = self.verify.clone().unwrap_or_else(|| load.protocol.clone());
         let bus = &mut *self.bus;
         let mut last = Instant::now();
         verify::online(
-            &self.verify_target,
+            &*protocol,
             &load.ledger,
             load.cfg.timeout,
             tails,

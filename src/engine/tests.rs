@@ -271,7 +271,11 @@ async fn run_with(
         engine_memory: None,
     };
     let calls = node.calls.clone();
-    let mut cell = Cell::new(&mut node, load, target, &mut bus, verify_target, rx, ctx);
+    let verify: Option<Arc<dyn crate::protocol::Protocol>> =
+        Some(Arc::new(crate::protocol::resp::Spec {
+            target: verify_target,
+        }));
+    let mut cell = Cell::new(&mut node, load, target, &mut bus, verify, rx, ctx);
     let mut result = cell.first_start().await;
     if result.is_ok() {
         result = cell.run_phases(&phases(yaml)).await;
@@ -483,7 +487,7 @@ async fn a_live_limit_is_read_back_and_said() {
 /// read-back's first request arrives (the node is told to die, then the
 /// connection drops), as a node whose caches fill under a read-back is.
 async fn dies_under_first_read_back(
-    ledger: Arc<crate::workload::Ledger>,
+    ledger: Arc<crate::oracle::Ledger>,
     die: Arc<tokio::sync::Notify>,
 ) -> String {
     use crate::net::resp;
@@ -514,7 +518,7 @@ async fn dies_under_first_read_back(
                             let mut out = vec![];
                             resp::array_header(&mut out, args.len() - 1);
                             for name in &args[1..] {
-                                let k = crate::workload::Ledger::parse_key(name).unwrap();
+                                let k = crate::oracle::Ledger::parse_key(name).unwrap();
                                 let (v, _) = ledger.snapshot(k);
                                 resp::bulk_arg(&mut out, &ledger.value(k, v));
                             }
@@ -544,7 +548,9 @@ async fn an_oom_kill_during_a_read_back_is_a_restart_and_the_read_back_starts_ag
         _ => Life::Long,
     });
     let mut load = crate::workload::Engine::new(crate::workload::LoadConfig {
-        target: String::new(),
+        protocol: crate::protocol::Spec::Resp(crate::protocol::resp::Spec {
+            target: String::new(),
+        }),
         keys: 2000,
         value_size: (16, 64),
         compressibility: None,

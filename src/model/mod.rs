@@ -639,6 +639,9 @@ pub struct Restart {
     pub corrupted: u64,
     #[serde(default)]
     pub resurrected: u64,
+    /// Writes the node said failed, read back after this death.
+    #[serde(default)]
+    pub aborted: u64,
     /// Writes in flight at the death, found either way by the read-back.
     #[serde(default)]
     pub in_doubt: u64,
@@ -672,6 +675,7 @@ impl Restart {
             lost: 0,
             corrupted: 0,
             resurrected: 0,
+            aborted: 0,
             in_doubt: 0,
             readback_s: None,
             oracle: None,
@@ -687,9 +691,10 @@ impl Restart {
         self.lost_unsynced += i.lost_unsynced;
         self.corrupted += i.corrupted;
         self.resurrected += i.resurrected;
+        self.aborted += i.aborted;
         self.in_doubt += i.in_doubt;
         let oracle = oracle.as_str();
-        if i.lost + i.corrupted + i.resurrected > 0 {
+        if i.harmed() > 0 {
             self.oracle = Some(match self.oracle.take() {
                 Some(o) if o != oracle => format!("{o} and {oracle}"),
                 _ => oracle.to_string(),
@@ -753,6 +758,11 @@ pub struct Integrity {
     pub corrupted: u64,
     pub in_doubt: u64,
     pub resurrected: u64,
+    /// Writes the node said definitely failed (an error it defines as
+    /// such, a 4xx, an SQL error) that were read back all the same:
+    /// Elle's aborted reads.
+    #[serde(default)]
+    pub aborted: u64,
     /// Acknowledged writes a power cut took from the unsynced tail of their
     /// connection (every later write of it lost too): allowed where the
     /// suite says `durability: unsynced-tail-allowed`, and counted apart
@@ -767,6 +777,9 @@ impl std::fmt::Display for Integrity {
             "{} as expected, {} lost, {} corrupted, {} in doubt, {} resurrected",
             self.verified, self.lost, self.corrupted, self.in_doubt, self.resurrected
         )?;
+        if self.aborted > 0 {
+            write!(f, ", {} aborted (failed writes read back)", self.aborted)?;
+        }
         if self.lost_unsynced > 0 {
             write!(f, ", {} lost unsynced (the tail)", self.lost_unsynced)?;
         }
@@ -781,12 +794,19 @@ impl Integrity {
         self.corrupted += o.corrupted;
         self.in_doubt += o.in_doubt;
         self.resurrected += o.resurrected;
+        self.aborted += o.aborted;
         self.lost_unsynced += o.lost_unsynced;
     }
 
-    /// What was found lost, corrupted or resurrected.
+    /// Whether any write was judged: acknowledged by the node, or read
+    /// back. Without one, "0 lost" says nothing.
+    pub fn judged(&self) -> bool {
+        self.acknowledged + self.verified + self.in_doubt + self.harmed() + self.lost_unsynced > 0
+    }
+
+    /// What was found lost, corrupted, resurrected or aborted.
     pub fn harmed(&self) -> u64 {
-        self.lost + self.corrupted + self.resurrected
+        self.lost + self.corrupted + self.resurrected + self.aborted
     }
 }
 

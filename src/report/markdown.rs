@@ -195,11 +195,28 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: Option<&CellChart>) -> io::Re
         writeln!(w)?;
     }
     let i = &c.integrity;
-    writeln!(
-        w,
-        "**Integrity:** {} writes acknowledged; summed over the read-backs, {} keys as expected, {} lost, {} corrupted, {} in doubt (a write in flight at a failure; either value allowed), {} resurrected.\n",
-        i.acknowledged, i.verified, i.lost, i.corrupted, i.in_doubt, i.resurrected
-    )?;
+    if !i.judged() {
+        writeln!(
+            w,
+            "**Integrity:** no writes judged: soak read nothing back (the cell has no `workload`, or its node acknowledged no write), so nothing here says the node keeps its writes.\n"
+        )?;
+    } else {
+        writeln!(
+            w,
+            "**Integrity:** {} writes acknowledged; summed over the read-backs, {} keys as expected, {} lost, {} corrupted, {} in doubt (a write in flight at a failure; either value allowed), {} resurrected{}.\n",
+            i.acknowledged,
+            i.verified,
+            i.lost,
+            i.corrupted,
+            i.in_doubt,
+            i.resurrected,
+            if i.aborted > 0 {
+                format!(", {} aborted reads (writes the node said failed, read back)", i.aborted)
+            } else {
+                String::new()
+            }
+        )?;
+    }
     if i.lost_unsynced > 0 {
         writeln!(
             w,
@@ -991,13 +1008,13 @@ fn restarts(w: &mut impl Write, restarts: &[super::Restart]) -> io::Result<()> {
                 thousands(r.lost_unsynced)
             )?;
         }
-        let bad = r.lost + r.corrupted + r.resurrected;
+        let bad = r.lost + r.corrupted + r.resurrected + r.aborted;
         if bad == 0 || !r.holes.is_empty() {
             continue;
         }
         writeln!(
             w,
-            "- restart {} ({}, {} at {:.1} s): {} acknowledged writes lost{}{}{}, found by {}{}",
+            "- restart {} ({}, {} at {:.1} s): {} acknowledged writes lost{}{}{}{}, found by {}{}",
             n + 1,
             r.reason,
             r.exit,
@@ -1010,6 +1027,14 @@ fn restarts(w: &mut impl Write, restarts: &[super::Restart]) -> io::Result<()> {
             },
             if r.resurrected > 0 {
                 format!(", {} deletes undone", thousands(r.resurrected))
+            } else {
+                String::new()
+            },
+            if r.aborted > 0 {
+                format!(
+                    ", {} writes the node said failed read back (aborted reads)",
+                    thousands(r.aborted)
+                )
             } else {
                 String::new()
             },

@@ -303,6 +303,10 @@ pub struct Checks {
     /// acknowledges, `">= 1"` to show that a power cut can take them.
     pub unsynced_writes: Option<CountCheck>,
     pub corrupted_writes: Option<CountCheck>,
+    /// Writes the node said definitely failed (a 4xx, an SQL error, an
+    /// adapter's `fail`) that were read back all the same (Elle's aborted
+    /// reads). Without it, `lost_writes`'s limit holds for them too.
+    pub aborted_reads: Option<CountCheck>,
     pub oom_kills: Option<CountCheck>,
     /// Deaths that were neither soak's doing nor the OOM killer's.
     pub crashes: Option<CountCheck>,
@@ -425,6 +429,7 @@ impl Checks {
             lost_writes: over.lost_writes.or(self.lost_writes),
             unsynced_writes: over.unsynced_writes.or(self.unsynced_writes),
             corrupted_writes: over.corrupted_writes.or(self.corrupted_writes),
+            aborted_reads: over.aborted_reads.or(self.aborted_reads),
             oom_kills: over.oom_kills.or(self.oom_kills),
             crashes: over.crashes.or(self.crashes),
             memory_growth: either(&over.memory_growth, &self.memory_growth),
@@ -460,6 +465,7 @@ impl Checks {
             ("lost_writes", self.lost_writes.is_some()),
             ("unsynced_writes", self.unsynced_writes.is_some()),
             ("corrupted_writes", self.corrupted_writes.is_some()),
+            ("aborted_reads", self.aborted_reads.is_some()),
             ("oom_kills", self.oom_kills.is_some()),
             ("crashes", self.crashes.is_some()),
             ("memory_growth", !self.memory_growth.is_empty()),
@@ -596,6 +602,7 @@ impl Checks {
         for (name, set) in [
             ("lost_writes", self.lost_writes.is_some()),
             ("corrupted_writes", self.corrupted_writes.is_some()),
+            ("aborted_reads", self.aborted_reads.is_some()),
         ] {
             if set && !(verifies || reads_judged || read_back) {
                 out.push((format!("checks.{name}"), format!("`{name}` is measured by a `verify` phase, the read-back after a kill, or reads during the load, and the suite has none: add `- verify` after a restart")));

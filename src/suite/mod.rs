@@ -13,6 +13,7 @@ pub mod faults;
 pub mod locate;
 pub mod matrix;
 pub mod phase;
+pub mod protocol;
 pub mod schema;
 pub mod template;
 pub mod values;
@@ -111,7 +112,9 @@ pub struct NodeSpec {
     /// Docker engine (`--docker-host`, `DOCKER_HOST`, else the local one),
     /// instead of as a local process.
     pub image: Option<String>,
-    /// The user the container runs as (`UID[:GID]` or a name in the image).
+    /// The user the node runs as: `NAME`, `UID`, `UID:GID` or
+    /// `NAME:GROUP` (in the image, for a container; soak's own by
+    /// default). Its data directory is given to that user.
     pub user: Option<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
@@ -224,6 +227,54 @@ impl Limits {
 }
 
 impl Workload {
+    /// The protocols given, by name (a valid suite gives one).
+    pub fn protocols(&self) -> Vec<&'static str> {
+        [
+            ("resp", self.resp.is_some()),
+            ("http", self.http.is_some()),
+            ("postgres", self.postgres.is_some()),
+            ("adapter", self.adapter.is_some()),
+        ]
+        .into_iter()
+        .filter(|(_, g)| *g)
+        .map(|(n, _)| n)
+        .collect()
+    }
+
+    /// The problems of the protocol with the rest of the workload, each
+    /// at its path: what the protocol cannot do.
+    fn protocol_problems(&self) -> Vec<(String, String)> {
+        let mut out = vec![];
+        match self.protocols().as_slice() {
+            [] => out.push(("workload".into(), "say how the load talks to the node: `resp: { target: 127.0.0.1:${PORT} }`, `http: { url: ..., write: ..., read: ... }`, `postgres: { url: postgres://USER@127.0.0.1:${PORT}/DB }` or `adapter: { command: [...] }`".into())),
+            [_] => {}
+            many => out.push(("workload".into(), format!("give one protocol, not {}", many.join(" and ")))),
+        }
+        if let Some(h) = &self.http {
+            if self.mix.mget > 0.0 {
+                out.push(("workload.mix.mget".into(), "HTTP reads one key a request: set mget to 0 (resp and postgres read many at once)".into()));
+            }
+            if self.mix.del > 0.0 && h.delete.is_none() {
+                out.push(("workload.mix.del".into(), "the mix deletes, and `http` has no `delete` request: add `delete: { method: DELETE, path: ... }`, or set del to 0".into()));
+            }
+            if self.pipeline.is_some_and(|p| p.0 > 1) {
+                out.push(("workload.pipeline".into(), "an HTTP connection has one request in flight (HTTP/1.1): raise `connections` instead".into()));
+            }
+        }
+        if let Some(a) = &self.adapter {
+            if a.command.is_empty() {
+                out.push(("workload.adapter.command".into(), "the command is empty: give the adapter's argv, e.g. [python3, \"${SUITE_DIR}/adapter.py\"]".into()));
+            }
+        }
+        if self.resp.is_some() && self.value_range().max > 512 << 20 {
+            out.push((
+                "workload.value_size".into(),
+                "values above 512MiB are refused by RESP servers".into(),
+            ));
+        }
+        out
+    }
+
     /// The values' sizes, from `value_size` or `value.size`.
     pub fn value_range(&self) -> SizeRange {
         self.value_size
@@ -246,11 +297,22 @@ pub struct ValueSpec {
     pub compressibility: f64,
 }
 
-/// The built-in RESP load.
+/// The load: which protocol it speaks (exactly one of `resp`, `http`,
+/// `postgres` and `adapter`), the keys and values it writes, its mix and
+/// rate. Every write's outcome is judged by the oracle, whatever the
+/// protocol.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Workload {
-    pub resp: RespTarget,
+    /// Redis's protocol: `{ target: 127.0.0.1:${PORT} }`.
+    pub resp: Option<RespTarget>,
+    /// A key-value store behind HTTP requests (etcd's JSON gateway, S3).
+    pub http: Option<protocol::HttpSpec>,
+    /// A table in a PostgreSQL database.
+    pub postgres: Option<protocol::PostgresSpec>,
+    /// A program of yours that speaks soak's line protocol on its stdin
+    /// and stdout and the node's protocol to the node.
+    pub adapter: Option<protocol::AdapterSpec>,
     pub keys: Count,
     /// Which keys the load touches: uniform (default), sequential,
     /// `{ zipfian: 0.99 }`, latest.
@@ -316,11 +378,7 @@ fn default_timeout() -> Dur {
     Dur(std::time::Duration::from_secs(5))
 }
 
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RespTarget {
-    pub target: String,
-}
+pub use protocol::RespTarget;
 
 /// Shares of each operation; they need not add up to 1.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, schemars::JsonSchema)]
@@ -603,12 +661,7 @@ impl Suite {
                     ));
                 }
             }
-            if w.value_range().max > 512 << 20 {
-                out.push((
-                    "workload.value_size".into(),
-                    "values above 512MiB are refused by RESP servers".into(),
-                ));
-            }
+            out.extend(w.protocol_problems());
         }
         let interval = self.telemetry.interval.0;
         if interval < std::time::Duration::from_millis(10)
@@ -786,8 +839,54 @@ impl Suite {
         if let Some(m) = &self.node.metrics {
             templated.push(("node.metrics.prometheus".into(), &m.prometheus));
         }
+        // Request templates also hold the key and value placeholders.
+        let mut requests: Vec<(String, &str)> = vec![];
         if let Some(w) = &self.workload {
-            templated.push(("workload.resp.target".into(), &w.resp.target));
+            if let Some(r) = &w.resp {
+                templated.push(("workload.resp.target".into(), &r.target));
+            }
+            if let Some(h) = &w.http {
+                templated.push(("workload.http.url".into(), &h.url));
+                for (k, v) in &h.headers {
+                    requests.push((format!("workload.http.headers.{k}"), v));
+                }
+                let mut each = vec![
+                    ("write".to_string(), &h.write),
+                    ("read".to_string(), &h.read),
+                ];
+                if let Some(d) = &h.delete {
+                    each.push(("delete".into(), d));
+                }
+                for (i, s) in h.setup.iter().enumerate() {
+                    each.push((format!("setup[{i}]"), s));
+                }
+                for (name, r) in each {
+                    requests.push((format!("workload.http.{name}.path"), &r.path));
+                    if let Some(b) = &r.body {
+                        requests.push((format!("workload.http.{name}.body"), b));
+                    }
+                    for (k, v) in &r.headers {
+                        requests.push((format!("workload.http.{name}.headers.{k}"), v));
+                    }
+                }
+            }
+            if let Some(p) = &w.postgres {
+                templated.push(("workload.postgres.url".into(), &p.url));
+            }
+            if let Some(a) = &w.adapter {
+                for (i, x) in a.command.iter().enumerate() {
+                    templated.push((format!("workload.adapter.command[{i}]"), x));
+                }
+                for (k, v) in &a.env {
+                    templated.push((format!("workload.adapter.env.{k}"), v));
+                }
+                for (k, v) in &a.params {
+                    templated.push((format!("workload.adapter.params.{k}"), v));
+                }
+                if let Some(t) = &a.target {
+                    templated.push(("workload.adapter.target".into(), t));
+                }
+            }
         }
         if let Some(image) = &self.node.image {
             templated.push(("node.image".into(), image));
@@ -815,8 +914,14 @@ impl Suite {
             let vars = cell.variables();
             let mut known: Vec<&str> = template::CELL_VARIABLES.to_vec();
             known.extend(vars.keys().map(String::as_str));
-            for (path, text) in &templated {
-                if let Err(e) = template::check(text, &known) {
+            let mut with_keys = known.clone();
+            with_keys.extend(crate::protocol::http::PLACEHOLDERS);
+            let all = templated
+                .iter()
+                .map(|(p, t)| (p, *t, &known))
+                .chain(requests.iter().map(|(p, t)| (p, *t, &with_keys)));
+            for (path, text, known) in all {
+                if let Err(e) = template::check(text, known) {
                     if !out.iter().any(|(p, _): &(String, String)| p == path) {
                         let which = if cell.params.is_empty() {
                             String::new()

@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 /// Variables every cell defines.
 pub const CELL_VARIABLES: &[&str] = &[
     "PORT",
+    "PORT2",
+    "PORT3",
+    "PORT4",
     "METRICS_PORT",
     "DATA_DIR",
     "CELL_DIR",

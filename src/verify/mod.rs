@@ -1,122 +1,29 @@
 //! Verification: read back every key the ledger knows and judge it.
 //!
-//! Online verification reads through the node itself with pipelined MGETs,
-//! so it works with any node that speaks RESP.
+//! Online verification reads through the node itself, in whatever protocol
+//! the suite's workload speaks (`crate::protocol`): batches of keys where
+//! the protocol reads many at once (RESP's MGET), else one key a request
+//! on several sessions at once. The oracle (`crate::oracle`) judges what
+//! comes back.
 
 #[cfg(feature = "node")]
 pub mod offline;
 pub mod saved;
 
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::net::resp::{Client, Value};
-
 pub use crate::model::Integrity;
-use crate::model::{Hole, LostWrite};
-use crate::workload::encode_mget;
-use crate::workload::ledger::Observed;
-use crate::workload::ledger::{KeyVerdict, Ledger};
+use crate::oracle::{Judge, Ledger};
+pub use crate::oracle::{ReadBack, Tails};
+use crate::protocol::{Outcome, Protocol, Request, SessionError};
 
-/// Keys per MGET.
-const BATCH: usize = 1000;
-/// MGETs in flight at once on the one connection.
+/// Requests in flight on one read-back session at most (with MGETs of a
+/// thousand keys, eight of them).
 const PIPELINE: usize = 8;
-
-impl Integrity {
-    /// Counts one key's verdict.
-    pub fn count(&mut self, v: KeyVerdict) {
-        match v {
-            KeyVerdict::Ok => self.verified += 1,
-            KeyVerdict::InDoubt => self.in_doubt += 1,
-            KeyVerdict::Lost => self.lost += 1,
-            KeyVerdict::Corrupted => self.corrupted += 1,
-            KeyVerdict::Resurrected => self.resurrected += 1,
-            KeyVerdict::Untouched => {}
-        }
-    }
-}
-
-/// After a power cut, how to tell the writes a node may lose (the unsynced
-/// tail of each load connection) from a hole.
-///
-/// Each connection's writes are acknowledged in order, so what a power cut
-/// leaves of them must be a prefix: RocksDB's expected-state rule in its
-/// crash test, where losing the tail is allowed when sync is off and a
-/// hole is a bug. A write lost while a later write of the same connection
-/// (acknowledged after it) was read back is a hole, counted as lost; a
-/// write lost after every survivor is the tail, counted as
-/// `lost_unsynced`, and settled as the key's state where `allowed`.
-#[derive(Debug, Clone, Copy)]
-pub struct Tails {
-    /// The load's connections: connection `c` owns the keys `k % n == c`.
-    pub connections: usize,
-    /// `durability: unsynced-tail-allowed`.
-    pub allowed: bool,
-}
-
-/// A write the read-back found missing, kept until every survivor is known.
-struct Missing {
-    key: usize,
-    acked: u32,
-    seen: Observed,
-    verdict: KeyVerdict,
-}
-
-impl Tails {
-    /// Sorts `missing` into the tail and the holes, counting each in `out`.
-    fn judge(
-        &self,
-        ledger: &Ledger,
-        missing: Vec<Missing>,
-        survived: &[u32],
-        out: &mut Integrity,
-        first_lost: &mut Option<LostWrite>,
-    ) -> Vec<Hole> {
-        let mut holes: Vec<Hole> = vec![];
-        let mut first_tail = None;
-        let mut missing = missing;
-        missing.sort_by_key(|m| ledger.ack_order(m.key));
-        for m in missing {
-            let c = m.key % self.connections.max(1);
-            let order = ledger.ack_order(m.key);
-            if order > survived[c] {
-                out.lost_unsynced += 1;
-                if self.allowed {
-                    ledger.settle_lost(m.key, m.seen);
-                } else if first_tail.is_none() {
-                    first_tail = Some(ledger.lost_write(m.key, m.acked, m.seen));
-                }
-                continue;
-            }
-            out.count(m.verdict);
-            match holes.iter_mut().find(|h| h.connection == c) {
-                Some(h) => h.lost += 1,
-                None => holes.push(Hole {
-                    connection: c,
-                    first_lost: ledger.lost_write(m.key, m.acked, m.seen),
-                    survivor: String::new(),
-                    lost: 1,
-                }),
-            }
-        }
-        for h in &mut holes {
-            h.survivor = survivor_name(ledger, h.connection, self.connections, survived);
-        }
-        if first_lost.is_none() {
-            *first_lost = holes.first().map(|h| h.first_lost.clone()).or(first_tail);
-        }
-        holes
-    }
-}
-
-/// The key whose acknowledgement is connection `c`'s newest survivor.
-fn survivor_name(ledger: &Ledger, c: usize, n: usize, survived: &[u32]) -> String {
-    (c..ledger.keys())
-        .step_by(n.max(1))
-        .find(|k| ledger.ack_order(*k) == survived[c] && survived[c] > 0)
-        .map(Ledger::key_name)
-        .unwrap_or_default()
-}
+/// Times one batch is asked again after a read the node failed (an error
+/// answer, not a broken connection) before the read-back gives up.
+const RETRIES: u32 = 3;
 
 #[derive(Debug, thiserror::Error)]
 #[error("verification could not read from {target}: {reason}")]
@@ -125,126 +32,164 @@ pub struct VerifyError {
     pub reason: String,
 }
 
-/// What a read-back found: the counts, and the first write lost (or
-/// corrupted, or resurrected), for a developer to look up.
-#[derive(Debug, Clone, Default)]
-pub struct ReadBack {
-    pub integrity: Integrity,
-    pub first_lost: Option<LostWrite>,
-    /// After a power cut, the connections whose losses were not a tail.
-    pub holes: Vec<Hole>,
+/// The batches of keys a read-back asks for, shared by its sessions.
+struct Work {
+    /// The next batch no session has taken, and batches to ask again
+    /// (with how often each was asked).
+    next: usize,
+    again: Vec<(usize, u32)>,
+    /// The first failure that ends the read-back.
+    failed: Option<String>,
 }
 
-/// Reads back every touched key through the node at `target`; after a
-/// power cut, `tails` tells the unsynced tail from holes.
-/// `progress` is called with (keys done, keys in all) now and then.
+/// Reads back every touched key through the node with `protocol`; after a
+/// power cut, `tails` tells the unsynced tail from holes. `progress` is
+/// called with (keys done, keys in all) now and then.
 pub async fn online(
-    target: &str,
+    protocol: &dyn Protocol,
     ledger: &Ledger,
     timeout: Duration,
     tails: Option<Tails>,
-    mut progress: impl FnMut(usize, usize),
+    progress: impl FnMut(usize, usize) + Send,
 ) -> Result<ReadBack, VerifyError> {
+    let target = protocol_target(protocol);
     let fail = |reason: String| VerifyError {
-        target: target.to_string(),
+        target: target.clone(),
         reason,
     };
-    let mut con = Client::connect(
-        target,
-        Duration::from_secs(5),
-        timeout.max(Duration::from_secs(10)),
-    )
-    .await
-    .map_err(|e| fail(e.to_string()))?;
-    let keys: Vec<usize> = (0..ledger.keys())
-        .filter(|k| ledger.is_touched(*k))
-        .collect();
-    let mut out = Integrity::default();
-    let mut first_lost = None;
-    let mut missing = vec![];
-    let mut survived = vec![0u32; tails.map_or(0, |t| t.connections.max(1))];
-    let mut last_report = Instant::now();
-    let mut wbuf = Vec::new();
-    for group in keys.chunks(BATCH * PIPELINE) {
-        let batches: Vec<&[usize]> = group.chunks(BATCH).collect();
-        wbuf.clear();
-        for batch in &batches {
-            encode_mget(&mut wbuf, batch);
-        }
-        let replies = con
-            .pipeline(&wbuf, batches.len())
-            .await
-            .map_err(|e| fail(e.to_string()))?;
-        for (batch, reply) in batches.iter().zip(replies) {
-            let values = match reply {
-                Value::Array(Some(values)) => values,
-                Value::Error(e) => {
-                    return Err(fail(format!(
-                        "MGET answered {:?}",
-                        String::from_utf8_lossy(&e)
-                    )))
-                }
-                other => return Err(fail(format!("MGET answered {other:?}"))),
-            };
-            if values.len() != batch.len() {
-                return Err(fail(format!(
-                    "MGET of {} keys returned {} values",
-                    batch.len(),
-                    values.len()
-                )));
+    let keys = Judge::keys(ledger);
+    let batch = protocol.batch().max(1);
+    let batches: Vec<&[usize]> = keys.chunks(batch).collect();
+    // One session pipelines batches; one key a request needs several
+    // sessions to be read back in reasonable time.
+    let depth = protocol.depth().clamp(1, PIPELINE);
+    let sessions = if depth >= PIPELINE { 1 } else { 16 / depth }.clamp(1, batches.len().max(1));
+    let timeout = timeout.max(Duration::from_secs(10));
+    let judge = Mutex::new((Judge::new(ledger, tails), progress, Instant::now()));
+    let work = Mutex::new(Work {
+        next: 0,
+        again: vec![],
+        failed: None,
+    });
+    let all = keys.len();
+    let one = |_: usize| async {
+        let mut session = None;
+        // Batch index by request id, with the times it was asked.
+        let mut in_flight: std::collections::HashMap<u64, (usize, u32)> = Default::default();
+        let mut next_id = 0u64;
+        loop {
+            if work.lock().expect("work").failed.is_some() {
+                return;
             }
-            for (k, v) in batch.iter().zip(values) {
-                let seen = ledger.decode(*k, v.as_deref());
-                let acked = ledger.snapshot(*k).0;
-                let order = ledger.ack_order(*k);
-                let verdict = ledger.judge(*k, seen);
-                if let Some(t) = tails {
-                    let c = *k % t.connections.max(1);
-                    match verdict {
-                        // The newest acknowledged write read back (a DEL
-                        // read as nothing says less: not counted).
-                        KeyVerdict::Ok if seen == Observed::Version(acked) => {
-                            survived[c] = survived[c].max(order);
-                        }
-                        KeyVerdict::Lost | KeyVerdict::Resurrected => {
-                            missing.push(Missing {
-                                key: *k,
-                                acked,
-                                seen,
-                                verdict,
-                            });
-                            continue;
-                        }
-                        _ => {}
-                    }
-                }
-                if first_lost.is_none()
-                    && matches!(
-                        verdict,
-                        KeyVerdict::Lost | KeyVerdict::Corrupted | KeyVerdict::Resurrected
-                    )
+            let s = match session.as_mut() {
+                Some(s) => s,
+                None => match protocol
+                    .connect(crate::protocol::Timeouts {
+                        connect: Duration::from_secs(5),
+                        request: timeout,
+                    })
+                    .await
                 {
-                    first_lost = Some(ledger.lost_write(*k, acked, seen));
+                    Ok(s) => session.insert(s),
+                    Err(e) => {
+                        work.lock()
+                            .expect("work")
+                            .failed
+                            .get_or_insert(e.to_string());
+                        return;
+                    }
+                },
+            };
+            while in_flight.len() < depth.min(s.capacity()) {
+                let taken = {
+                    let mut w = work.lock().expect("work");
+                    match w.again.pop() {
+                        Some(b) => Some(b),
+                        None if w.next < batches.len() => {
+                            w.next += 1;
+                            Some((w.next - 1, 0))
+                        }
+                        None => None,
+                    }
+                };
+                let Some((b, asked)) = taken else { break };
+                s.submit(next_id, Request::Get { keys: batches[b] });
+                in_flight.insert(next_id, (b, asked + 1));
+                next_id += 1;
+            }
+            if in_flight.is_empty() {
+                return;
+            }
+            let sent = s.flush();
+            let waited = match sent {
+                Ok(()) => tokio::time::timeout(timeout, crate::protocol::progress(s.as_mut()))
+                    .await
+                    .map_err(|_| SessionError::Broken(format!("no reply within {timeout:?}"))),
+                Err(e) => Err(e),
+            };
+            let mut retry = vec![];
+            let drained = waited.and_then(|()| {
+                s.drain(&mut |id, outcome| {
+                    let Some((b, asked)) = in_flight.remove(&id) else {
+                        return;
+                    };
+                    match outcome {
+                        Outcome::Values(values) if values.len() == batches[b].len() => {
+                            let mut j = judge.lock().expect("judge");
+                            let (judge, progress, last) = &mut *j;
+                            for (k, v) in batches[b].iter().zip(values) {
+                                judge.key(*k, *v);
+                            }
+                            if last.elapsed() >= Duration::from_secs(1) {
+                                *last = Instant::now();
+                                progress(judge.judged(), all);
+                            }
+                        }
+                        Outcome::Values(values) => retry.push((
+                            b,
+                            asked,
+                            format!(
+                                "a read of {} keys returned {} values",
+                                batches[b].len(),
+                                values.len()
+                            ),
+                        )),
+                        Outcome::NotDone(e) | Outcome::Unknown(e) => {
+                            retry.push((b, asked, format!("a read failed: {e}")))
+                        }
+                        Outcome::Done => {
+                            retry.push((b, asked, "a read answered as a write".into()))
+                        }
+                    }
+                })
+            });
+            let mut w = work.lock().expect("work");
+            for (b, asked, why) in retry {
+                if asked > RETRIES {
+                    w.failed.get_or_insert(why);
+                } else {
+                    w.again.push((b, asked));
                 }
-                out.count(verdict);
+            }
+            // A session that broke fails the read-back: the node may have
+            // died under it, which the caller finds out (and restarts it,
+            // and reads back again from the start).
+            if let Err(e) = drained {
+                w.failed.get_or_insert(e.to_string());
+                return;
             }
         }
-        if last_report.elapsed() > Duration::from_secs(1) {
-            progress(
-                out.verified as usize + out.in_doubt as usize + out.lost as usize,
-                keys.len(),
-            );
-            last_report = Instant::now();
-        }
-    }
-    let holes = match tails {
-        Some(t) => t.judge(ledger, missing, &survived, &mut out, &mut first_lost),
-        None => vec![],
     };
-    progress(keys.len(), keys.len());
-    Ok(ReadBack {
-        integrity: out,
-        first_lost,
-        holes,
-    })
+    futures::future::join_all((0..sessions).map(one)).await;
+    if let Some(why) = work.into_inner().expect("work").failed {
+        return Err(fail(why));
+    }
+    let (judge, mut progress, _) = judge.into_inner().expect("judge");
+    progress(all, all);
+    Ok(judge.finish())
+}
+
+/// Where a protocol's requests go, for messages.
+fn protocol_target(p: &dyn Protocol) -> String {
+    format!("{} ({})", p.describe(), p.name())
 }

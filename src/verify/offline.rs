@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use rocksdb::{AsRawPtr, Options, ReadOptions, DB};
 
 use crate::model::{Inspection, Integrity};
-use crate::workload::ledger::Ledger;
+use crate::oracle::Ledger;
 
 /// The compression an SST file's table properties name: `Snappy`, `LZ4`,
 /// `NoCompression`... The metaindex block (written with a restart interval

@@ -31,12 +31,20 @@ pub struct SavedNode {
     pub ready_timeout_s: f64,
     pub stop_signal: String,
     pub grace_s: f64,
-    /// Where the workload's RESP requests went (and a read-back goes).
+    /// Where the workload's RESP requests went, in a `node.json` written
+    /// before protocols other than RESP (a read-back goes there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// How the workload talked to the node (and a read-back does).
+    #[serde(default)]
+    pub protocol: Option<crate::protocol::Spec>,
     pub request_timeout_s: f64,
     /// A container node: its image and how its containers were made.
     #[serde(default)]
     pub container: Option<SavedContainer>,
+    /// The user a process node runs as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 /// How a cell's containers were made, to make one again on its data.
@@ -53,7 +61,11 @@ pub struct SavedContainer {
 }
 
 impl SavedNode {
-    pub fn of(spec: &Spec, target: Option<String>, request_timeout: Duration) -> SavedNode {
+    pub fn of(
+        spec: &Spec,
+        protocol: Option<crate::protocol::Spec>,
+        request_timeout: Duration,
+    ) -> SavedNode {
         let (probe, probe_address, probe_argv) = match &spec.probe {
             Probe::Resp(a) => ("resp", a.clone(), vec![]),
             Probe::Tcp(a) => ("tcp", a.clone(), vec![]),
@@ -70,9 +82,11 @@ impl SavedNode {
             ready_timeout_s: spec.ready_timeout.as_secs_f64(),
             stop_signal: spec.stop_signal.as_str().into(),
             grace_s: spec.grace.as_secs_f64(),
-            target,
+            target: None,
+            protocol,
             request_timeout_s: request_timeout.as_secs_f64(),
             container: None,
+            user: spec.user.clone(),
         }
     }
 
@@ -119,6 +133,7 @@ impl SavedNode {
                 .map_err(|_| format!("unknown stop signal {:?} in node.json", self.stop_signal))?,
             grace: Duration::from_secs_f64(self.grace_s),
             log,
+            user: self.user.clone(),
         })
     }
 }
@@ -154,7 +169,7 @@ pub struct Reverified {
 /// stopped. Writes `verify.json` into the folder.
 pub async fn reverify(dir: &Path, target: Option<String>) -> Result<Reverified, ReverifyError> {
     use crate::driver::process::ProcessNode;
-    use crate::workload::Ledger;
+    use crate::oracle::Ledger;
     let ledger_path = dir.join("ledger.bin");
     if !ledger_path.exists() {
         return Err(ReverifyError::Invalid(format!(
@@ -164,9 +179,21 @@ pub async fn reverify(dir: &Path, target: Option<String>) -> Result<Reverified, 
     }
     let ledger = Ledger::load(&ledger_path).map_err(|e| ReverifyError::Invalid(e.to_string()))?;
     let saved = SavedNode::read(&dir.join("node.json")).map_err(ReverifyError::Invalid)?;
-    let (target, mut node) = match target.or(saved.target.clone()) {
-        Some(t) if saved.target.as_deref() != Some(t.as_str()) => (t, None),
-        Some(t) => {
+    let mut protocol = saved.protocol.clone().or_else(|| {
+        saved
+            .target
+            .clone()
+            .map(|target| crate::protocol::Spec::Resp(crate::protocol::resp::Spec { target }))
+    });
+    let own = protocol.as_ref().and_then(|p| p.target());
+    let (target, mut node) = match (target, &mut protocol) {
+        // Another address: the node is the user's to have started.
+        (Some(t), Some(p)) if own.as_deref() != Some(t.as_str()) => {
+            p.retarget(&t);
+            (t, None)
+        }
+        (_, Some(p)) => {
+            let t = p.target().unwrap_or_else(|| p.open().describe());
             let spec = saved
                 .spec(dir.join("verify-node.log"))
                 .map_err(ReverifyError::Invalid)?;
@@ -199,15 +226,16 @@ pub async fn reverify(dir: &Path, target: Option<String>) -> Result<Reverified, 
             );
             (t, Some(node))
         }
-        None => {
+        (_, None) => {
             return Err(ReverifyError::Invalid(
-                "node.json names no workload target: give one with --target HOST:PORT".into(),
+                "node.json names no workload protocol: give the node's address with --target HOST:PORT (RESP)".into(),
             ))
         }
     };
+    let protocol = protocol.expect("matched above").open();
     let timeout = Duration::from_secs_f64(saved.request_timeout_s);
     let keys_known = (0..ledger.keys()).filter(|k| ledger.is_touched(*k)).count();
-    let read = super::online(&target, &ledger, timeout, None, |done, all| {
+    let read = super::online(&*protocol, &ledger, timeout, None, |done, all| {
         if done < all {
             eprintln!("soak verify: {done}/{all} keys");
         }

@@ -1,5 +1,6 @@
-//! The built-in RESP load: open-model rate control, latency histograms, and
-//! the ledger of acknowledged writes.
+//! The load: open-model rate control and latency histograms, over any
+//! protocol (`crate::protocol`), its writes and reads judged by the oracle
+//! (`crate::oracle`) as their outcomes come in.
 //!
 //! Operations are scheduled by the clock (`rate` per second across all
 //! connections) and each one's latency is measured from the moment it was
@@ -9,7 +10,6 @@
 //! its index`, so that the node answers the writes of one key in order.
 
 pub mod dist;
-pub mod ledger;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -18,22 +18,18 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::net::resp;
-pub use ledger::Ledger;
-use ledger::WriteKind;
-
-/// Most requests one connection keeps in flight at a fixed rate; past it,
-/// scheduling waits (latency still counts from the scheduled time).
-const MAX_IN_FLIGHT: usize = 1024;
+pub use crate::oracle::Ledger;
+use crate::oracle::WriteKind;
+use crate::protocol::{Outcome, Protocol, Request, Session, SessionError, Value};
 
 #[derive(Debug, Clone)]
 pub struct LoadConfig {
-    pub target: String,
+    /// How requests reach the node.
+    pub protocol: crate::protocol::Spec,
     pub keys: usize,
     /// Smallest and largest value, inclusive.
     pub value_size: (usize, usize),
@@ -63,6 +59,8 @@ pub struct LoadStats {
     pub mgets_ok: u64,
     /// Requests that failed (errors, timeouts, connection loss).
     pub errors: u64,
+    /// Of the failed writes, those the node said definitely did not happen.
+    pub not_done: u64,
     /// Scheduled operations not sent because the node was down.
     pub unavailable: u64,
     /// GETs that returned a value no write of that key produced.
@@ -73,6 +71,8 @@ pub struct LoadStats {
     pub lost_reads: u64,
     /// Keys read during the load whose acknowledged DEL came back.
     pub resurrected_reads: u64,
+    /// Keys read during the load showing a write the node said failed.
+    pub aborted_reads: u64,
     /// Keys read during the load that showed a write in flight (allowed).
     pub in_doubt_reads: u64,
     /// Latency from scheduled start to reply, in microseconds (from the
@@ -99,10 +99,12 @@ impl Default for LoadStats {
             dels_ok: 0,
             mgets_ok: 0,
             errors: 0,
+            not_done: 0,
             unavailable: 0,
             corrupted_reads: 0,
             lost_reads: 0,
             resurrected_reads: 0,
+            aborted_reads: 0,
             in_doubt_reads: 0,
             latency_us: histogram(),
             active_s: 0.0,
@@ -123,10 +125,12 @@ impl LoadStats {
             dels_ok: self.dels_ok - earlier.dels_ok,
             mgets_ok: self.mgets_ok - earlier.mgets_ok,
             errors: self.errors - earlier.errors,
+            not_done: self.not_done - earlier.not_done,
             unavailable: self.unavailable - earlier.unavailable,
             corrupted_reads: self.corrupted_reads - earlier.corrupted_reads,
             lost_reads: self.lost_reads - earlier.lost_reads,
             resurrected_reads: self.resurrected_reads - earlier.resurrected_reads,
+            aborted_reads: self.aborted_reads - earlier.aborted_reads,
             in_doubt_reads: self.in_doubt_reads - earlier.in_doubt_reads,
             latency_us,
             active_s: (self.active_s - earlier.active_s).max(0.0),
@@ -142,10 +146,12 @@ impl LoadStats {
         self.dels_ok += other.dels_ok;
         self.mgets_ok += other.mgets_ok;
         self.errors += other.errors;
+        self.not_done += other.not_done;
         self.unavailable += other.unavailable;
         self.corrupted_reads += other.corrupted_reads;
         self.lost_reads += other.lost_reads;
         self.resurrected_reads += other.resurrected_reads;
+        self.aborted_reads += other.aborted_reads;
         self.in_doubt_reads += other.in_doubt_reads;
         let _ = self.latency_us.add(&other.latency_us);
         self.active_s += other.active_s;
@@ -218,6 +224,15 @@ pub fn latency(h: &Histogram<u64>) -> Option<crate::model::Latency> {
         p999: h.value_at_quantile(0.999),
         max: h.max(),
     })
+}
+
+/// How long the load's connections may take to open: a second, so that a
+/// node that is down is found out quickly.
+fn load_timeouts(cfg: &LoadConfig) -> crate::protocol::Timeouts {
+    crate::protocol::Timeouts {
+        connect: Duration::from_secs(1),
+        request: cfg.timeout,
+    }
 }
 
 /// A handle on the load's totals for live progress.
@@ -341,7 +356,11 @@ impl Drop for LoadThread {
 /// and a gate that holds them while the node is known to be down.
 pub struct Engine {
     pub cfg: LoadConfig,
+    pub protocol: Arc<dyn Protocol>,
     pub ledger: Arc<Ledger>,
+    /// Why a session could not go on (an adapter that does not speak the
+    /// protocol): the cell stops.
+    fatal: Arc<watch::Sender<Option<String>>>,
     load: LoadThread,
     node_up: watch::Sender<bool>,
     shared: Arc<Mutex<Shared>>,
@@ -359,8 +378,10 @@ impl Engine {
         );
         let connections = cfg.connections;
         Engine {
+            protocol: cfg.protocol.open(),
             cfg,
             ledger,
+            fatal: Arc::new(watch::channel(None).0),
             load: LoadThread::start(),
             node_up: watch::channel(true).0,
             shared: Default::default(),
@@ -399,6 +420,8 @@ impl Engine {
                 let conn = Conn {
                     index: i,
                     cfg: self.cfg.clone(),
+                    protocol: self.protocol.clone(),
+                    fatal: self.fatal.clone(),
                     ledger: self.ledger.clone(),
                     node_up: self.node_up.subscribe(),
                     stop: stop_rx.clone(),
@@ -441,8 +464,8 @@ impl Engine {
     }
 
     /// Writes every key once, as fast as the node takes it: each connection
-    /// pipelines SETs of its own keys, 100 at a time. Returns the keys
-    /// acknowledged and the time it took.
+    /// keeps up to 100 SETs of its own keys in flight (as many as its
+    /// protocol takes). Returns the keys acknowledged and the time it took.
     pub async fn fill(&mut self) -> (u64, Duration) {
         const PIPELINE: usize = 100;
         let t0 = Instant::now();
@@ -450,42 +473,80 @@ impl Engine {
         let tasks: Vec<JoinHandle<u64>> = (0..n)
             .map(|i| {
                 let (cfg, ledger) = (self.cfg.clone(), self.ledger.clone());
-                let shared = self.shared.clone();
+                let (shared, protocol) = (self.shared.clone(), self.protocol.clone());
+                let fatal = self.fatal.clone();
                 self.load.handle.spawn(async move {
-                    let Some(mut con) = Conn::connector(&cfg).await else {
-                        return 0;
-                    };
-                    let keys: Vec<usize> = (i..cfg.keys).step_by(n).collect();
-                    let mut acked = 0;
-                    let mut out = Vec::new();
-                    for chunk in keys.chunks(PIPELINE) {
-                        out.clear();
-                        let mut key = Vec::with_capacity(24);
-                        let versions: Vec<(usize, u32)> = chunk
-                            .iter()
-                            .map(|k| (*k, ledger.next_set_version(*k)))
-                            .collect();
-                        for (k, v) in &versions {
-                            key.clear();
-                            Ledger::write_key(&mut key, *k);
-                            resp::begin_set(&mut out, &key, ledger.value_len(*k, *v));
-                            ledger.value_into(*k, *v, &mut out);
-                            resp::end_bulk(&mut out);
+                    let mut session = match protocol.connect(load_timeouts(&cfg)).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            if let SessionError::Fatal(why) = e {
+                                fatal.send_replace(Some(why));
+                            }
+                            return 0;
                         }
-                        let replies = con.pipeline(&out, versions.len()).await;
-                        let all_ok = replies
-                            .is_ok_and(|r| r.iter().all(|v| !matches!(v, resp::Value::Error(_))));
-                        // Otherwise in doubt: the ledger already says so.
-                        if !all_ok {
+                    };
+                    let depth = PIPELINE.min(protocol.depth()).min(session.capacity());
+                    let mut keys = (i..cfg.keys).step_by(n);
+                    let mut in_flight: std::collections::HashMap<u64, (usize, u32)> =
+                        Default::default();
+                    let mut next_id = 0u64;
+                    let mut acked = 0;
+                    let mut failed = false;
+                    loop {
+                        while !failed && in_flight.len() < depth {
+                            let Some(k) = keys.next() else { break };
+                            let v = ledger.next_set_version(k);
+                            session.submit(
+                                next_id,
+                                Request::Set {
+                                    key: k,
+                                    value: Value::new(&ledger, k, v),
+                                },
+                            );
+                            in_flight.insert(next_id, (k, v));
+                            next_id += 1;
+                        }
+                        if in_flight.is_empty() || session.flush().is_err() {
                             break;
                         }
-                        for (k, v) in versions {
-                            ledger.ack(k, v);
+                        let wait = tokio::time::timeout(
+                            cfg.timeout,
+                            crate::protocol::progress(session.as_mut()),
+                        );
+                        if wait.await.is_err() {
+                            break;
                         }
-                        acked += chunk.len() as u64;
+                        let mut now_acked = 0;
+                        let drained = session.drain(&mut |id, outcome| {
+                            let Some((k, v)) = in_flight.remove(&id) else {
+                                return;
+                            };
+                            match outcome {
+                                Outcome::Done => {
+                                    ledger.ack(k, v);
+                                    now_acked += 1;
+                                }
+                                Outcome::NotDone(_) => {
+                                    ledger.fail(k, v);
+                                    failed = true;
+                                }
+                                // In doubt: the ledger already says so.
+                                _ => failed = true,
+                            }
+                        });
+                        acked += now_acked;
                         let mut sh = shared.lock().expect("stats lock");
-                        sh.total.fill_sets += chunk.len() as u64;
-                        sh.interval.fill_sets += chunk.len() as u64;
+                        sh.total.fill_sets += now_acked;
+                        sh.interval.fill_sets += now_acked;
+                        drop(sh);
+                        match drained {
+                            Ok(()) => {}
+                            Err(SessionError::Fatal(why)) => {
+                                fatal.send_replace(Some(why));
+                                break;
+                            }
+                            Err(SessionError::Broken(_)) => break,
+                        }
                     }
                     acked
                 })
@@ -496,6 +557,12 @@ impl Engine {
             total += t.await.unwrap_or(0);
         }
         (total, t0.elapsed())
+    }
+
+    /// Why a session could not go on, once one could not: a protocol the
+    /// node (or the user's adapter) does not speak. The cell stops.
+    pub fn fatal(&self) -> watch::Receiver<Option<String>> {
+        self.fatal.subscribe()
     }
 
     /// The first write reads during the load found lost since the last
@@ -676,6 +743,7 @@ impl std::fmt::Display for IntervalRow {
 struct Conn {
     index: usize,
     cfg: LoadConfig,
+    protocol: Arc<dyn Protocol>,
     ledger: Arc<Ledger>,
     node_up: watch::Receiver<bool>,
     stop: watch::Receiver<bool>,
@@ -684,16 +752,18 @@ struct Conn {
     /// says which fence it has passed.
     fence: watch::Receiver<u64>,
     passed: Arc<watch::Sender<Vec<u64>>>,
-    /// Requests answered or given up on a broken link, since the start.
+    /// Requests answered or given up on a broken session, since the start.
     settled: AtomicU64,
+    /// Where a session that cannot go on says why (the cell stops).
+    fatal: Arc<watch::Sender<Option<String>>>,
 }
 
-/// A request sent and not yet answered; replies come in the order sent.
+/// A request sent and not yet answered.
 struct Pending {
     /// Latency counts from here: the scheduled start, or the send in a
     /// closed loop.
     intended: Instant,
-    /// When it went into the write buffer (its timeout counts from here).
+    /// When it was submitted (its timeout counts from here).
     queued: Instant,
     what: Sent,
 }
@@ -707,116 +777,76 @@ enum Sent {
 }
 
 /// What one request does.
-enum Request {
+enum Plan {
     Get(usize),
     Mget(Vec<usize>),
     Write(usize),
 }
 
-/// The load's own connection: a socket, its buffers, and the requests in
-/// flight on it.
-struct Link {
-    stream: TcpStream,
-    rbuf: Vec<u8>,
-    wbuf: Vec<u8>,
-    /// Bytes of `wbuf` already written.
-    written: usize,
-    pending: VecDeque<Pending>,
+/// The requests in flight on a session, by id: ids count up from `base`,
+/// one slot each, so that outcomes may come in any order and the oldest
+/// request (whose timeout runs out first) is at the front.
+#[derive(Default)]
+struct InFlight {
+    base: u64,
+    slots: VecDeque<Option<Pending>>,
+    live: usize,
 }
 
-impl Link {
-    async fn connect(target: &str) -> Option<Link> {
-        let stream = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(target))
-            .await
-            .ok()?
-            .ok()?;
-        let _ = stream.set_nodelay(true);
-        Some(Link {
-            stream,
-            rbuf: Vec::with_capacity(64 << 10),
-            wbuf: Vec::with_capacity(64 << 10),
-            written: 0,
-            pending: VecDeque::new(),
-        })
+impl InFlight {
+    fn push(&mut self, p: Pending) -> u64 {
+        let id = self.base + self.slots.len() as u64;
+        self.slots.push_back(Some(p));
+        self.live += 1;
+        id
     }
 
-    /// Writes what the socket takes now; `Err` when the connection broke.
-    fn flush_writes(&mut self) -> std::io::Result<()> {
-        while self.written < self.wbuf.len() {
-            match self.stream.try_write(&self.wbuf[self.written..]) {
-                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.written += n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) => return Err(e),
-            }
+    fn take(&mut self, id: u64) -> Option<Pending> {
+        let i = usize::try_from(id.checked_sub(self.base)?).ok()?;
+        let p = self.slots.get_mut(i)?.take()?;
+        self.live -= 1;
+        while matches!(self.slots.front(), Some(None)) {
+            self.slots.pop_front();
+            self.base += 1;
         }
-        self.wbuf.clear();
-        self.written = 0;
-        Ok(())
+        Some(p)
     }
 
-    /// Reads what the socket has now; `Ok(false)` at end of stream.
-    fn fill_reads(&mut self) -> std::io::Result<bool> {
-        loop {
-            if self.rbuf.capacity() - self.rbuf.len() < 16 << 10 {
-                self.rbuf.reserve(64 << 10);
-            }
-            match self.stream.try_read_buf(&mut self.rbuf) {
-                Ok(0) => return Ok(false),
-                Ok(_) => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(true),
-                Err(e) => return Err(e),
-            }
-        }
+    fn oldest(&self) -> Option<&Pending> {
+        self.slots.front().and_then(Option::as_ref)
+    }
+
+    /// Forgets every request (the session broke); returns how many.
+    fn clear(&mut self) -> usize {
+        self.base += self.slots.len() as u64;
+        self.slots.clear();
+        std::mem::take(&mut self.live)
     }
 }
 
-/// Drops a broken link: its requests in flight failed, their writes in doubt.
-fn broken(link: &mut Option<Link>, local: &mut LoadStats, settled: &AtomicU64) {
-    if let Some(l) = link.take() {
-        local.errors += l.pending.len() as u64;
-        settled.fetch_add(l.pending.len() as u64, Relaxed);
-    }
+/// Drops a broken session: its requests in flight failed, their writes
+/// in doubt.
+fn broken(
+    session: &mut Option<Box<dyn Session>>,
+    inflight: &mut InFlight,
+    local: &mut LoadStats,
+    settled: &AtomicU64,
+) {
+    session.take();
+    let n = inflight.clear() as u64;
+    local.errors += n;
+    settled.fetch_add(n, Relaxed);
 }
 
-/// Readiness of the link, or never when there is none (for `select!`).
-async fn readable(link: &Option<Link>) {
-    match link {
-        Some(l) => {
-            let _ = l.stream.readable().await;
-        }
+/// Progress of the session, or never when there is none (for `select!`).
+async fn progress(session: &mut Option<Box<dyn Session>>) {
+    match session {
+        Some(s) => crate::protocol::progress(s.as_mut()).await,
         None => std::future::pending().await,
-    }
-}
-
-async fn writable(link: &Option<Link>) {
-    match link {
-        Some(l) => {
-            let _ = l.stream.writable().await;
-        }
-        None => std::future::pending().await,
-    }
-}
-
-/// Appends an MGET of `keys` (by number) to `out`.
-pub fn encode_mget(out: &mut Vec<u8>, keys: &[usize]) {
-    let mut key = Vec::with_capacity(24);
-    resp::array_header(out, keys.len() + 1);
-    resp::bulk_arg(out, b"MGET");
-    for k in keys {
-        key.clear();
-        Ledger::write_key(&mut key, *k);
-        resp::bulk_arg(out, &key);
     }
 }
 
 impl Conn {
-    async fn connector(cfg: &LoadConfig) -> Option<resp::Client> {
-        resp::Client::connect(&cfg.target, Duration::from_secs(1), cfg.timeout)
-            .await
-            .ok()
-    }
-
     /// The keys this connection owns (every `connections`-th from its index),
     /// chosen among by the suite's distribution.
     fn chooser(&self) -> dist::Chooser {
@@ -831,56 +861,59 @@ impl Conn {
 
     /// The next request of the mix, if the distribution has a key for it
     /// (`latest` has nothing to read before the first write).
-    fn next_request(&self, rng: &mut impl Rng, chooser: &mut dist::Chooser) -> Option<Request> {
+    fn next_request(&self, rng: &mut impl Rng, chooser: &mut dist::Chooser) -> Option<Plan> {
         let c = &self.cfg;
         let total = c.set + c.get + c.del + c.mget;
         let x = rng.random::<f64>() * total;
         if x < c.get {
-            chooser.pick(rng, false).map(|j| Request::Get(self.key(j)))
+            chooser.pick(rng, false).map(|j| Plan::Get(self.key(j)))
         } else if x < c.get + c.mget {
             let keys: Vec<usize> = (0..c.mget_keys)
                 .filter_map(|_| chooser.pick(rng, false).map(|j| self.key(j)))
                 .collect();
-            (!keys.is_empty()).then_some(Request::Mget(keys))
+            (!keys.is_empty()).then_some(Plan::Mget(keys))
         } else {
-            chooser.pick(rng, true).map(|j| Request::Write(self.key(j)))
+            chooser.pick(rng, true).map(|j| Plan::Write(self.key(j)))
         }
     }
 
-    /// Encodes a request into the link's write buffer and queues it.
-    fn send(&self, link: &mut Link, request: Request, intended: Instant, now: Instant) {
-        let out = &mut link.wbuf;
-        let mut key = Vec::with_capacity(24);
-        let what = match request {
-            Request::Get(k) => {
-                Ledger::write_key(&mut key, k);
-                resp::encode(out, [&b"GET"[..], &key].into_iter());
-                Sent::Get(k, self.ledger.snapshot(k))
-            }
-            Request::Mget(keys) => {
-                encode_mget(out, &keys);
-                Sent::Mget(
-                    keys.into_iter()
-                        .map(|k| (k, self.ledger.snapshot(k)))
-                        .collect(),
-                )
-            }
-            Request::Write(k) => {
-                Ledger::write_key(&mut key, k);
-                let v = self.ledger.next_version(k);
-                let kind = self.ledger.kind(k, v);
-                match kind {
-                    WriteKind::Set => {
-                        resp::begin_set(out, &key, self.ledger.value_len(k, v));
-                        self.ledger.value_into(k, v, out);
-                        resp::end_bulk(out);
-                    }
-                    WriteKind::Del => resp::encode(out, [&b"DEL"[..], &key].into_iter()),
-                }
-                Sent::Write(k, v, kind)
+    /// Submits a request to the session and keeps it in flight.
+    fn send(
+        &self,
+        session: &mut dyn Session,
+        inflight: &mut InFlight,
+        plan: Plan,
+        intended: Instant,
+        now: Instant,
+    ) {
+        let ledger = &*self.ledger;
+        let (what, request_keys) = match plan {
+            Plan::Get(k) => (Sent::Get(k, ledger.snapshot(k)), vec![]),
+            Plan::Mget(keys) => (
+                Sent::Mget(keys.iter().map(|k| (*k, ledger.snapshot(*k))).collect()),
+                keys,
+            ),
+            Plan::Write(k) => {
+                let v = ledger.next_version(k);
+                (Sent::Write(k, v, ledger.kind(k, v)), vec![])
             }
         };
-        link.pending.push_back(Pending {
+        let request = match &what {
+            Sent::Get(k, _) => Request::Get {
+                keys: std::slice::from_ref(k),
+            },
+            Sent::Mget(_) => Request::Get {
+                keys: &request_keys,
+            },
+            Sent::Write(k, v, WriteKind::Set) => Request::Set {
+                key: *k,
+                value: Value::new(ledger, *k, *v),
+            },
+            Sent::Write(k, _, WriteKind::Del) => Request::Del { key: *k },
+        };
+        let id = inflight.base + inflight.slots.len() as u64;
+        session.submit(id, request);
+        inflight.push(Pending {
             intended,
             queued: now,
             what,
@@ -921,16 +954,7 @@ impl Conn {
         }
         *first_lost = None;
         drop(guard);
-        local.sets_ok = 0;
-        local.gets_ok = 0;
-        local.dels_ok = 0;
-        local.mgets_ok = 0;
-        local.errors = 0;
-        local.unavailable = 0;
-        local.corrupted_reads = 0;
-        local.lost_reads = 0;
-        local.resurrected_reads = 0;
-        local.in_doubt_reads = 0;
+        *local = LoadStats::default();
         lat.clear();
     }
 
@@ -944,92 +968,84 @@ impl Conn {
         local: &mut LoadStats,
         first_lost: &mut Option<crate::model::LostWrite>,
     ) {
-        use ledger::KeyVerdict as V;
+        use crate::oracle::KeyVerdict as V;
         let seen = self.ledger.decode(k, value);
         let verdict = self.ledger.judge_read(k, seen, snap);
         match verdict {
             V::Lost => local.lost_reads += 1,
             V::Corrupted => local.corrupted_reads += 1,
             V::Resurrected => local.resurrected_reads += 1,
+            V::Aborted => local.aborted_reads += 1,
             V::InDoubt => local.in_doubt_reads += 1,
             V::Ok | V::Untouched => {}
         }
-        if first_lost.is_none() && matches!(verdict, V::Lost | V::Corrupted | V::Resurrected) {
+        if first_lost.is_none() && verdict.is_finding() {
             *first_lost = Some(self.ledger.lost_write(k, snap.0, seen));
         }
     }
 
-    /// Judges the replies in the read buffer against the requests in
-    /// flight. `Err` when the bytes are not a reply: the link is broken.
-    fn take_replies(
+    /// Counts one outcome against the request it ends.
+    fn complete(
         &self,
-        link: &mut Link,
+        p: Pending,
+        outcome: Outcome<'_>,
+        now: Instant,
         local: &mut LoadStats,
         lat: &mut Vec<u64>,
         first_lost: &mut Option<crate::model::LostWrite>,
-    ) -> Result<(), String> {
-        let mut used = 0;
-        let now = Instant::now();
-        while !link.pending.is_empty() {
-            let Some((reply, n)) = resp::parse(&link.rbuf[used..]).map_err(|e| e.0)? else {
-                break;
-            };
-            used += n;
-            let p = link.pending.pop_front().expect("checked");
-            self.settled.fetch_add(1, Relaxed);
-            let ok = match (p.what, reply) {
-                (_, resp::Reply::Error(e)) => {
-                    if local.error_reply.is_none() {
-                        local.error_reply = Some(String::from_utf8_lossy(e).into_owned());
-                    }
-                    false
-                }
-                (Sent::Get(k, snap), resp::Reply::Bulk(v)) => {
-                    local.gets_ok += 1;
-                    self.judge_read(k, v, snap, local, first_lost);
-                    true
-                }
-                (Sent::Mget(keys), resp::Reply::Array(Some(values)))
-                    if values.len() == keys.len() =>
-                {
-                    local.mgets_ok += 1;
-                    for ((k, snap), v) in keys.into_iter().zip(values) {
-                        self.judge_read(k, v, snap, local, first_lost);
-                    }
-                    true
-                }
-                (Sent::Write(k, v, kind), _) => {
-                    self.ledger.ack_at(k, v, now.into_std());
-                    match kind {
-                        WriteKind::Set => local.sets_ok += 1,
-                        WriteKind::Del => local.dels_ok += 1,
-                    }
-                    true
-                }
-                // A reply of the wrong shape: the node's error.
-                _ => false,
-            };
-            if ok {
-                let us = (now - p.intended).as_micros().clamp(1, 3_600_000_000) as u64;
-                lat.push(us);
-            } else {
-                // Refused or malformed: a write stays in doubt.
-                local.errors += 1;
+    ) {
+        self.settled.fetch_add(1, Relaxed);
+        let ok = match (p.what, outcome) {
+            (Sent::Write(k, v, _), Outcome::NotDone(e)) => {
+                self.ledger.fail(k, v);
+                local.not_done += 1;
+                local.error_reply.get_or_insert_with(|| e.to_string());
+                false
             }
+            (_, Outcome::NotDone(e) | Outcome::Unknown(e)) => {
+                local.error_reply.get_or_insert_with(|| e.to_string());
+                false
+            }
+            (Sent::Get(k, snap), Outcome::Values([v])) => {
+                local.gets_ok += 1;
+                self.judge_read(k, *v, snap, local, first_lost);
+                true
+            }
+            (Sent::Mget(keys), Outcome::Values(values)) if values.len() == keys.len() => {
+                local.mgets_ok += 1;
+                for ((k, snap), v) in keys.into_iter().zip(values) {
+                    self.judge_read(k, *v, snap, local, first_lost);
+                }
+                true
+            }
+            (Sent::Write(k, v, kind), Outcome::Done) => {
+                self.ledger.ack_at(k, v, now.into_std());
+                match kind {
+                    WriteKind::Set => local.sets_ok += 1,
+                    WriteKind::Del => local.dels_ok += 1,
+                }
+                true
+            }
+            // An answer of the wrong shape: the node's error.
+            _ => false,
+        };
+        if ok {
+            let us = (now - p.intended).as_micros().clamp(1, 3_600_000_000) as u64;
+            lat.push(us);
+        } else {
+            // Refused, failed or malformed: a write stays in doubt
+            // (unless the node said it was not done).
+            local.errors += 1;
         }
-        link.rbuf.drain(..used);
-        if link.pending.is_empty() && !link.rbuf.is_empty() {
-            return Err("a reply to no request".into());
-        }
-        Ok(())
     }
 
     /// Queues every request due by `now` (at a fixed rate) or up to the
-    /// depth (in a closed loop), and writes what the socket takes.
+    /// depth (in a closed loop), and sends what the session takes.
     #[allow(clippy::too_many_arguments)]
     fn refill(
         &self,
-        link: &mut Option<Link>,
+        session: &mut Option<Box<dyn Session>>,
+        inflight: &mut InFlight,
         now: Instant,
         next: &mut Instant,
         period: Option<Duration>,
@@ -1039,7 +1055,7 @@ impl Conn {
         local: &mut LoadStats,
     ) {
         let up = *self.node_up.borrow();
-        let Some(l) = link.as_mut().filter(|_| up) else {
+        let Some(s) = session.as_mut().filter(|_| up) else {
             match period {
                 // Every tick missed while the node was down.
                 Some(p) => {
@@ -1053,7 +1069,8 @@ impl Conn {
             }
             return;
         };
-        while l.pending.len() < depth {
+        let depth = depth.min(s.capacity());
+        while inflight.live < depth {
             let intended = match period {
                 Some(p) if *next <= now => {
                     let at = *next;
@@ -1064,16 +1081,68 @@ impl Conn {
                 None => now,
             };
             match self.next_request(rng, chooser) {
-                Some(r) => self.send(l, r, intended, now),
+                Some(r) => self.send(s.as_mut(), inflight, r, intended, now),
                 None => local.unavailable += 1,
             }
-            if period.is_none() && l.pending.is_empty() {
+            if period.is_none() && inflight.live == 0 {
                 *next = now + Duration::from_millis(20);
                 break;
             }
         }
-        if l.flush_writes().is_err() {
-            broken(link, local, &self.settled);
+        if s.flush().is_err() {
+            broken(session, inflight, local, &self.settled);
+        }
+    }
+
+    /// Takes every outcome the session has; `false` when it broke.
+    fn take_outcomes(
+        &self,
+        s: &mut dyn Session,
+        inflight: &mut InFlight,
+        local: &mut LoadStats,
+        lat: &mut Vec<u64>,
+        first_lost: &mut Option<crate::model::LostWrite>,
+    ) -> bool {
+        let now = Instant::now();
+        let drained = s.drain(&mut |id, outcome| {
+            if let Some(p) = inflight.take(id) {
+                self.complete(p, outcome, now, local, lat, first_lost);
+            }
+        });
+        match drained {
+            Ok(()) => true,
+            Err(SessionError::Broken(_)) => false,
+            Err(SessionError::Fatal(why)) => {
+                self.fatal.send_if_modified(|f| {
+                    let first = f.is_none();
+                    f.get_or_insert(why);
+                    first
+                });
+                false
+            }
+        }
+    }
+
+    /// Opens a session, unless the last try failed within `retry`.
+    async fn open(&self, last_try: &mut Option<Instant>) -> Option<Box<dyn Session>> {
+        if last_try.is_some_and(|t| t.elapsed() < Duration::from_millis(20)) {
+            return None;
+        }
+        *last_try = Some(Instant::now());
+        match self.protocol.connect(load_timeouts(&self.cfg)).await {
+            Ok(s) => {
+                *last_try = None;
+                Some(s)
+            }
+            Err(SessionError::Broken(_)) => None,
+            Err(SessionError::Fatal(why)) => {
+                self.fatal.send_if_modified(|f| {
+                    let first = f.is_none();
+                    f.get_or_insert(why);
+                    first
+                });
+                None
+            }
         }
     }
 
@@ -1086,7 +1155,10 @@ impl Conn {
         // The fence waited on, and how many requests must settle to pass it.
         let mut fenced: Option<(u64, u64)> = None;
         let mut chooser = self.chooser();
-        let mut link: Option<Link> = None;
+        let mut session: Option<Box<dyn Session>> = None;
+        let mut inflight = InFlight::default();
+        let mut last_try = None;
+        let mut told_up = true;
         let mut lat: Vec<u64> = Vec::with_capacity(1024);
         let mut first_lost = None;
         let mut flushed = Instant::now();
@@ -1097,9 +1169,9 @@ impl Conn {
             .rate
             .map(|r| Duration::from_secs_f64(self.cfg.connections as f64 / r));
         let depth = if period.is_some() {
-            MAX_IN_FLIGHT
+            self.protocol.depth()
         } else {
-            self.cfg.pipeline.max(1)
+            self.cfg.pipeline.max(1).min(self.protocol.depth())
         };
         let mut next = Instant::now()
             + period
@@ -1114,8 +1186,7 @@ impl Conn {
         );
         timeouts.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let in_flight = link.as_ref().map(|l| l.pending.len()).unwrap_or(0);
-            let unwritten = link.as_ref().is_some_and(|l| l.written < l.wbuf.len());
+            let in_flight = inflight.live;
             if tick.deadline() != next {
                 tick.as_mut().reset(next);
             }
@@ -1126,47 +1197,41 @@ impl Conn {
                     let n = *fence.borrow_and_update();
                     fenced = Some((n, self.settled.load(Relaxed) + in_flight as u64));
                 }
-                _ = readable(&link), if in_flight > 0 => {
-                    let l = link.as_mut().expect("readable");
-                    let outcome = match l.fill_reads() {
-                        Ok(open) => self
-                            .take_replies(l, &mut local, &mut lat, &mut first_lost)
-                            .map(|()| open || l.pending.is_empty()),
-                        Err(e) => Err(e.to_string()),
-                    };
-                    if !matches!(outcome, Ok(true)) {
-                        broken(&mut link, &mut local, &self.settled);
+                _ = progress(&mut session) => {
+                    let s = session.as_mut().expect("progress");
+                    if !self.take_outcomes(s.as_mut(), &mut inflight, &mut local, &mut lat, &mut first_lost) {
+                        broken(&mut session, &mut inflight, &mut local, &self.settled);
                     }
                     let now = Instant::now();
                     // A closed loop sends again as soon as replies come.
-                    if period.is_none() && link.is_some() {
-                        self.refill(&mut link, now, &mut next, period, depth, &mut rng, &mut chooser, &mut local);
-                    }
-                }
-                _ = writable(&link), if unwritten => {
-                    if link.as_mut().expect("writable").flush_writes().is_err() {
-                        broken(&mut link, &mut local, &self.settled);
+                    if period.is_none() && session.is_some() {
+                        self.refill(&mut session, &mut inflight, now, &mut next, period, depth, &mut rng, &mut chooser, &mut local);
                     }
                 }
                 _ = timeouts.tick() => {
                     let now = Instant::now();
-                    let late = link
-                        .as_ref()
-                        .and_then(|l| l.pending.front())
+                    let late = inflight
+                        .oldest()
                         .is_some_and(|p| now >= p.queued + self.cfg.timeout);
-                    // The oldest request timed out: the link is not trusted.
+                    // The oldest request timed out: the session is not trusted.
                     if late {
-                        broken(&mut link, &mut local, &self.settled);
+                        broken(&mut session, &mut inflight, &mut local, &self.settled);
+                    }
+                    let up = *self.node_up.borrow();
+                    if let Some(s) = session.as_mut().filter(|_| up != told_up) {
+                        s.node_state(up);
+                        told_up = up;
                     }
                 }
-                _ = &mut tick, if in_flight < depth => {
+                _ = &mut tick, if in_flight < depth.min(session.as_ref().map_or(usize::MAX, |s| s.capacity())) => {
                     let up = *self.node_up.borrow();
-                    if up && link.is_none() {
-                        link = Link::connect(&self.cfg.target).await;
+                    if up && session.is_none() {
+                        session = self.open(&mut last_try).await;
+                        told_up = true;
                     }
                     let now = Instant::now();
-                    self.refill(&mut link, now, &mut next, period, depth, &mut rng, &mut chooser, &mut local);
-                    if period.is_none() && link.is_none() {
+                    self.refill(&mut session, &mut inflight, now, &mut next, period, depth, &mut rng, &mut chooser, &mut local);
+                    if period.is_none() && session.is_none() {
                         next = now + Duration::from_millis(20);
                     }
                 }
@@ -1185,30 +1250,24 @@ impl Conn {
             }
         }
         // Let what is in flight settle, each request within its timeout.
-        while let Some(l) = link.as_mut() {
-            if l.pending.is_empty() {
+        while let Some(s) = session.as_mut() {
+            let Some(oldest) = inflight.oldest() else {
                 break;
-            }
-            let deadline = l.pending.front().expect("checked").queued + self.cfg.timeout;
-            let done = tokio::time::timeout_at(deadline, async {
-                loop {
-                    if l.written < l.wbuf.len() {
-                        let _ = l.stream.writable().await;
-                        l.flush_writes()?;
-                        continue;
-                    }
-                    let _ = l.stream.readable().await;
-                    let open = l.fill_reads()?;
-                    self.take_replies(l, &mut local, &mut lat, &mut first_lost)
-                        .map_err(std::io::Error::other)?;
-                    if l.pending.is_empty() || !open {
-                        return Ok::<bool, std::io::Error>(open);
-                    }
-                }
+            };
+            let deadline = oldest.queued + self.cfg.timeout;
+            let settled = tokio::time::timeout_at(deadline, async {
+                crate::protocol::progress(s.as_mut()).await;
+                self.take_outcomes(
+                    s.as_mut(),
+                    &mut inflight,
+                    &mut local,
+                    &mut lat,
+                    &mut first_lost,
+                )
             })
             .await;
-            if !matches!(done, Ok(Ok(true))) || !l.pending.is_empty() {
-                broken(&mut link, &mut local, &self.settled);
+            if !matches!(settled, Ok(true)) {
+                broken(&mut session, &mut inflight, &mut local, &self.settled);
             }
         }
         self.flush(&mut local, &mut lat, &mut first_lost);
@@ -1221,7 +1280,7 @@ mod tests {
 
     fn config(target: String, set: f64, rate: f64, connections: usize) -> LoadConfig {
         LoadConfig {
-            target,
+            protocol: crate::protocol::Spec::Resp(crate::protocol::resp::Spec { target }),
             keys: 10,
             value_size: (8, 8),
             compressibility: None,
@@ -1247,6 +1306,8 @@ mod tests {
             let conn = Conn {
                 index,
                 cfg: cfg.clone(),
+                protocol: cfg.protocol.open(),
+                fatal: Arc::new(watch::channel(None).0),
                 ledger: Arc::new(Ledger::new(10, (8, 8), 1.0, 0.0, 1)),
                 node_up: watch::channel(true).1,
                 stop: watch::channel(false).1,

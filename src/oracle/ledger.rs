@@ -1,6 +1,7 @@
 //! The ledger of writes: for every key, the newest acknowledged version,
-//! the newest version sent, when the newest was acknowledged, and its place
-//! in the order of all acknowledgements, in 14 bytes.
+//! the newest version sent, the newest version that definitely failed,
+//! when the newest was acknowledged, and its place in the order of all
+//! acknowledgements, in 18 bytes.
 //!
 //! Values are derived from (key, version), so the ledger never stores them:
 //! a value read back is decoded, regenerated and compared byte for byte.
@@ -30,13 +31,18 @@ pub enum WriteKind {
 pub struct Ledger {
     acked: Vec<AtomicU32>,
     sent: Vec<AtomicU32>,
+    /// The newest version of each key whose write definitely did not
+    /// happen (the node said so: Jepsen's `:fail`): reading it back is an
+    /// aborted read. Only the newest is kept, so an older failed write
+    /// read back is judged as in doubt, never wrongly as aborted.
+    failed: Vec<AtomicU32>,
     flags: Vec<AtomicU16>,
     /// The place of each key's newest acknowledgement in the order of all
     /// of them (0: before this ledger began, or settled by a read-back).
     /// Each connection acknowledges its writes in order, so a power cut
     /// that loses an acknowledged write must lose every later one of the
     /// same connection: a later one read back is a hole (see
-    /// `verify::Tails`). Not saved: `soak verify` judges losses as lost.
+    /// `crate::oracle::Tails`). Not saved: `soak verify` judges losses as lost.
     order: Vec<AtomicU32>,
     clock: AtomicU32,
     /// Acknowledgement times count from here (the cell's start).
@@ -59,10 +65,12 @@ pub struct Ledger {
     stale: bool,
 }
 
-/// The first bytes of a saved ledger: version 3 adds the values'
-/// compressibility to the header; version 2 keeps 2 bytes of flags a key;
-/// version 1 (1 byte of flags) still loads.
-const MAGIC: &[u8; 8] = b"SOAKLDG3";
+/// The first bytes of a saved ledger: version 4 adds each key's newest
+/// failed write; version 3 adds the values' compressibility to the header;
+/// version 2 keeps 2 bytes of flags a key; version 1 (1 byte of flags)
+/// still loads.
+const MAGIC: &[u8; 8] = b"SOAKLDG4";
+const MAGIC_V3: &[u8; 8] = b"SOAKLDG3";
 const MAGIC_V2: &[u8; 8] = b"SOAKLDG2";
 const MAGIC_V1: &[u8; 8] = b"SOAKLDG1";
 
@@ -94,6 +102,22 @@ pub enum KeyVerdict {
     Corrupted,
     /// An acknowledged delete came back.
     Resurrected,
+    /// A write the node said definitely failed was read back (Elle's
+    /// aborted read).
+    Aborted,
+}
+
+impl KeyVerdict {
+    /// Lost, corrupted, resurrected or aborted: what a check fails on.
+    pub fn is_finding(self) -> bool {
+        matches!(
+            self,
+            KeyVerdict::Lost
+                | KeyVerdict::Corrupted
+                | KeyVerdict::Resurrected
+                | KeyVerdict::Aborted
+        )
+    }
 }
 
 impl Ledger {
@@ -112,6 +136,7 @@ impl Ledger {
         Ledger {
             acked: (0..keys).map(|_| AtomicU32::new(0)).collect(),
             sent: (0..keys).map(|_| AtomicU32::new(0)).collect(),
+            failed: (0..keys).map(|_| AtomicU32::new(0)).collect(),
             flags: (0..keys).map(|_| AtomicU16::new(0)).collect(),
             order: (0..keys).map(|_| AtomicU32::new(0)).collect(),
             clock: AtomicU32::new(0),
@@ -161,6 +186,9 @@ impl Ledger {
         for f in &self.flags {
             out.write_all(&f.load(Relaxed).to_le_bytes())?;
         }
+        for f in &self.failed {
+            out.write_all(&f.load(Relaxed).to_le_bytes())?;
+        }
         out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
         std::fs::rename(&tmp, path)
     }
@@ -176,11 +204,14 @@ impl Ledger {
             )
         };
         let magic = bytes.get(..8).unwrap_or_default();
-        let (flag_bytes, words) = match magic {
-            m if m == MAGIC => (2, 6),
-            m if m == MAGIC_V2 => (2, 5),
-            m if m == MAGIC_V1 => (1, 5),
-            _ => return Err(bad("no SOAKLDG3 (or 2, or 1) header")),
+        // Bytes of flags a key, header words, and whether the failed
+        // versions follow the flags.
+        let (flag_bytes, words, with_failed) = match magic {
+            m if m == MAGIC => (2, 6, true),
+            m if m == MAGIC_V3 => (2, 6, false),
+            m if m == MAGIC_V2 => (2, 5, false),
+            m if m == MAGIC_V1 => (1, 5, false),
+            _ => return Err(bad("no SOAKLDG4 (or 3, 2, 1) header")),
         };
         let head = 9 + 8 * words;
         if bytes.len() < head {
@@ -194,13 +225,15 @@ impl Ledger {
             .then(|| f64::from_bits(word(5)))
             .filter(|c| (0.0..1.0).contains(c));
         let body = &bytes[head..];
-        if body.len() != keys * (8 + flag_bytes) {
+        let per_key = 8 + flag_bytes + if with_failed { 4 } else { 0 };
+        if body.len() != keys * per_key {
             return Err(bad(&format!(
                 "{keys} keys need {} bytes after the header, and it has {}",
-                keys * (8 + flag_bytes),
+                keys * per_key,
                 body.len()
             )));
         }
+        let flags_end = keys * (8 + flag_bytes);
         let u32s = |from: usize| -> Vec<AtomicU32> {
             body[from..from + keys * 4]
                 .chunks_exact(4)
@@ -210,14 +243,19 @@ impl Ledger {
         Ok(Ledger {
             acked: u32s(0),
             sent: u32s(keys * 4),
+            failed: if with_failed {
+                u32s(flags_end)
+            } else {
+                (0..keys).map(|_| AtomicU32::new(0)).collect()
+            },
             flags: if flag_bytes == 2 {
-                body[keys * 8..]
+                body[keys * 8..flags_end]
                     .chunks_exact(2)
                     .map(|c| AtomicU16::new(u16::from_le_bytes([c[0], c[1]])))
                     .collect()
             } else {
                 // Version 1 had only the unknown flag, in bit 0.
-                body[keys * 8..]
+                body[keys * 8..flags_end]
                     .iter()
                     .map(|f| AtomicU16::new(if f & 1 == 1 { UNKNOWN } else { 0 }))
                     .collect()
@@ -244,7 +282,7 @@ impl Ledger {
     }
 
     /// Bytes the ledger holds per key.
-    pub const BYTES_PER_KEY: usize = 14;
+    pub const BYTES_PER_KEY: usize = 18;
 
     /// Acknowledgement times count from `origin` (the cell's start).
     pub fn set_origin(&mut self, origin: std::time::Instant) {
@@ -439,6 +477,24 @@ impl Ledger {
         self.flags[k].store(s, Relaxed);
     }
 
+    /// The node said version `v` of key `k` definitely did not happen
+    /// (Jepsen's `:fail`; a write whose fate is unknown is left in doubt).
+    pub fn fail(&self, k: usize, v: u32) {
+        self.failed[k].fetch_max(v, Relaxed);
+    }
+
+    /// Whether version `v` of key `k` is a write the node said failed.
+    fn is_failed(&self, k: usize, v: u32) -> bool {
+        v > 0 && self.failed[k].load(Relaxed) == v
+    }
+
+    /// Whether every version in `(a, s]` that deletes key `k` is a failed
+    /// write: then nothing but an aborted delete explains the key missing.
+    fn only_failed_deletes(&self, k: usize, a: u32, s: u32) -> bool {
+        let mut dels = (a + 1..=s).filter(|v| !self.present_after(k, *v));
+        matches!((dels.next(), dels.next()), (Some(d), None) if self.is_failed(k, d))
+    }
+
     /// When the newest acknowledged write of key `k` was acknowledged, in
     /// seconds since the origin: the latest second at or before `now_s`
     /// that the 15 bits kept allow (exact for runs under 9.1 hours).
@@ -503,12 +559,18 @@ impl Ledger {
             }
             Observed::Version(v) if v > s => KeyVerdict::Corrupted,
             Observed::Version(v) if v == a && expect_present => KeyVerdict::Ok,
+            Observed::Version(v) if v > a && self.is_failed(k, v) && self.present_after(k, v) => {
+                KeyVerdict::Aborted
+            }
             Observed::Version(v) if v > a && self.present_after(k, v) => KeyVerdict::InDoubt,
             // Not a SET at that version: no write of ours produced it.
             Observed::Version(v) if v >= a => KeyVerdict::Corrupted,
             Observed::Version(_) if a > 0 && !expect_present => KeyVerdict::Resurrected,
             Observed::Version(_) => KeyVerdict::Lost,
             Observed::Absent if !expect_present => KeyVerdict::Ok,
+            Observed::Absent if !self.stale && self.only_failed_deletes(k, a, s) => {
+                KeyVerdict::Aborted
+            }
             Observed::Absent if (a + 1..=s).any(|v| !self.present_after(k, v)) => {
                 KeyVerdict::InDoubt
             }
@@ -560,21 +622,22 @@ impl Ledger {
         let verdict = match seen {
             Observed::Garbage => KeyVerdict::Corrupted,
             Observed::Version(v) if v == a && present_after(a) => KeyVerdict::Ok,
+            Observed::Version(v) if in_flight(v) && present_after(v) && self.is_failed(k, v) => {
+                KeyVerdict::Aborted
+            }
             Observed::Version(v) if in_flight(v) && present_after(v) => KeyVerdict::InDoubt,
             Observed::Version(v) if v >= a => KeyVerdict::Corrupted,
             // Older than an acknowledged DEL: no write in flight explains it.
             Observed::Version(_) if a > 0 && !present_after(a) => KeyVerdict::Resurrected,
             Observed::Version(_) => KeyVerdict::Lost,
             Observed::Absent if !present_after(a) => KeyVerdict::Ok,
+            Observed::Absent if self.only_failed_deletes(k, a, now_sent) => KeyVerdict::Aborted,
             Observed::Absent if (a + 1..=now_sent).any(|v| !present_after(v)) => {
                 KeyVerdict::InDoubt
             }
             Observed::Absent => KeyVerdict::Lost,
         };
-        if matches!(
-            verdict,
-            KeyVerdict::Lost | KeyVerdict::Corrupted | KeyVerdict::Resurrected
-        ) {
+        if verdict.is_finding() {
             self.flags[k].fetch_or(UNKNOWN, Relaxed);
         }
         verdict
