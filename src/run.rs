@@ -847,6 +847,11 @@ fn assemble(
     m: CellMeasures,
 ) -> CellResult {
     let memory = memory_summary(plan, &m);
+    // A node that did not start again is the cell's finding, not an error.
+    let (error, unrecovered) = match error {
+        Some(e @ CellError::NotRecovered { .. }) => (None, Some(e.to_string())),
+        e => (e, None),
+    };
     // The records are complete: the cell's events are over but its verdict.
     let rec: Recorder = std::mem::take(&mut bus.recorder);
     let mut integrity: Integrity = rec.integrity;
@@ -880,6 +885,7 @@ fn assemble(
             warmup_s: plan.warmup_s,
             memory_limit: plan.limits.memory,
             unsynced_tail_allowed: plan.unsynced_tail_allowed,
+            unrecovered,
         },
     );
     let verdict = checks::cell_verdict(error.is_some(), &checks);

@@ -43,6 +43,8 @@ pub struct Measured<'a> {
     /// `durability: unsynced-tail-allowed`: writes a power cut took from
     /// the unsynced tail are not lost writes.
     pub unsynced_tail_allowed: bool,
+    /// Why the node did not start again after going down, if it did not.
+    pub unrecovered: Option<String>,
 }
 
 /// Every check of the suite against what the cell measured.
@@ -81,6 +83,20 @@ pub fn evaluate(c: &Checks, m: &Measured) -> Vec<CheckResult> {
         ),
         count("aborted_reads", aborted, m.integrity.aborted),
         count("oom_kills", c.oom_kills, m.memory.oom_kills),
+        match &m.unrecovered {
+            // Whatever the suite asked: a node that cannot start again is
+            // a finding, as a refused upgrade is.
+            Some(why) => count(
+                "unrecovered",
+                Some(c.unrecovered.unwrap_or(CountCheck::at_most(0))),
+                1,
+            )
+            .map(|mut r| {
+                r.detail = Some(why.clone());
+                r
+            }),
+            None => count("unrecovered", c.unrecovered, 0),
+        },
         count("crashes", c.crashes, crashes as u64),
     ]
     .into_iter()
@@ -799,6 +815,7 @@ mod tests {
             warmup_s: 0.0,
             memory_limit: None,
             unsynced_tail_allowed: false,
+            unrecovered: None,
         }
     }
 

@@ -168,6 +168,13 @@ pub enum Event {
     ReadBackRetry {
         error: String,
     },
+    /// The node did not start again after going down at `down_at_s`: the
+    /// cell's phases end here, and its `unrecovered` check fails.
+    NotRecovered {
+        after: Cause,
+        down_at_s: f64,
+        error: String,
+    },
     OfflineVerified {
         text: String,
         record: Box<OfflineRecord>,
@@ -228,6 +235,7 @@ impl Event {
             Event::ReadBack { .. } => "verified",
             Event::ReadsFound { .. } => "lost",
             Event::ReadBackRetry { .. } => "read-back",
+            Event::NotRecovered { .. } => "not-recovered",
             Event::OfflineVerified { .. } => "verified",
             Event::Corruption { .. } => "corruption",
             Event::Notice { .. } => "notice",
@@ -352,6 +360,15 @@ impl Event {
                     String::new()
                 },
                 first(first_lost)
+            ),
+            Event::NotRecovered {
+                after,
+                down_at_s,
+                error,
+            } => format!(
+                "the node did not start again after {} at {down_at_s:.1} s: {}",
+                after.said(),
+                error.lines().next().unwrap_or_default()
             ),
             Event::ReadBackRetry { error } => format!(
                 "the node died during the read-back ({error}); reading back again after its restart"

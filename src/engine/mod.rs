@@ -56,6 +56,15 @@ pub enum CellError {
     /// it, a database that refuses soak (exit 3).
     #[error("{0}")]
     Protocol(String),
+    /// The node did not start again after a death or a stop: a finding of
+    /// the cell (a data directory it will not start from), not the
+    /// environment's failure. The cell's phases end there.
+    #[error("the node did not start again after {} at {at_s:.1} s: {error}", after.said())]
+    NotRecovered {
+        after: Cause,
+        at_s: f64,
+        error: String,
+    },
 }
 
 impl CellError {
@@ -245,6 +254,23 @@ impl<'a, N: Node> Cell<'a, N> {
                     starting_deaths += 1;
                     self.died_starting(down, status, starting_deaths)?;
                     continue;
+                }
+                // It started before: what stops it now is what the death
+                // (or the stop) left, the node's own finding.
+                Err(
+                    e @ (DriverError::ExitedBeforeReady { .. } | DriverError::NeverReady { .. }),
+                ) => {
+                    let error = e.to_string();
+                    self.bus.emit(Event::NotRecovered {
+                        after: down.cause,
+                        down_at_s: down.at_s,
+                        error: error.clone(),
+                    });
+                    return Err(CellError::NotRecovered {
+                        after: down.cause,
+                        at_s: down.at_s,
+                        error,
+                    });
                 }
                 Err(e) => return Err(e.into()),
             };

@@ -602,6 +602,16 @@ impl Ledger {
         verdict
     }
 
+    /// Key `k` could not be read at all: a finding if it held an
+    /// acknowledged write (marked unknown until rewritten, as a loss is).
+    pub fn judge_unreadable(&self, k: usize) -> bool {
+        if !self.is_touched(k) || self.acked[k].load(Relaxed) == 0 {
+            return false;
+        }
+        self.flags[k].fetch_or(UNKNOWN, Relaxed);
+        true
+    }
+
     /// Judges a read during the load: `seen` for key `k`, against
     /// `(acked, sent)` as they were when the read was sent (see
     /// [`Ledger::snapshot`]). Missing, or older than the newest write

@@ -197,6 +197,22 @@ impl<'a> Judge<'a> {
         self.out.count(verdict);
     }
 
+    /// Key `k` could not be read back from a live node (it failed every
+    /// time, saying `why`): its data is damaged, counted as corrupted.
+    pub fn unreadable(&mut self, k: usize, why: &str) {
+        let ledger = self.ledger;
+        self.judged += 1;
+        if ledger.judge_unreadable(k) {
+            self.out.corrupted += 1;
+            if self.first_lost.is_none() {
+                let mut lost = ledger.lost_write(k, ledger.snapshot(k).0, Observed::Garbage);
+                let why: String = why.chars().take(120).collect();
+                lost.read = format!("an error every time ({why})");
+                self.first_lost = Some(lost);
+            }
+        }
+    }
+
     /// The counts, the first loss, and after a power cut the holes.
     pub fn finish(mut self) -> ReadBack {
         let holes = match self.tails {

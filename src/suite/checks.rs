@@ -308,6 +308,10 @@ pub struct Checks {
     /// reads). Without it, `lost_writes`'s limit holds for them too.
     pub aborted_reads: Option<CountCheck>,
     pub oom_kills: Option<CountCheck>,
+    /// Restarts after which the node never got ready again (a data
+    /// directory it will not start from after a power cut): the cell ends
+    /// there. Without it, one such restart fails the cell; `1` expects it.
+    pub unrecovered: Option<CountCheck>,
     /// Deaths that were neither soak's doing nor the OOM killer's.
     pub crashes: Option<CountCheck>,
     /// One check, or a list: `[{ max: 20MiB/h }, { max: 50MiB/h, window: 1h }]`.
@@ -431,6 +435,7 @@ impl Checks {
             corrupted_writes: over.corrupted_writes.or(self.corrupted_writes),
             aborted_reads: over.aborted_reads.or(self.aborted_reads),
             oom_kills: over.oom_kills.or(self.oom_kills),
+            unrecovered: over.unrecovered.or(self.unrecovered),
             crashes: over.crashes.or(self.crashes),
             memory_growth: either(&over.memory_growth, &self.memory_growth),
             peak_memory: either(&over.peak_memory, &self.peak_memory),
@@ -467,6 +472,7 @@ impl Checks {
             ("corrupted_writes", self.corrupted_writes.is_some()),
             ("aborted_reads", self.aborted_reads.is_some()),
             ("oom_kills", self.oom_kills.is_some()),
+            ("unrecovered", self.unrecovered.is_some()),
             ("crashes", self.crashes.is_some()),
             ("memory_growth", !self.memory_growth.is_empty()),
             ("peak_memory", !self.peak_memory.is_empty()),

@@ -32,12 +32,22 @@ pub struct VerifyError {
     pub reason: String,
 }
 
+/// A run of keys one request asks for: `keys[start..start + len]`.
+#[derive(Debug, Clone, Copy)]
+struct Batch {
+    start: usize,
+    len: usize,
+    /// Times it was asked.
+    asked: u32,
+}
+
 /// The batches of keys a read-back asks for, shared by its sessions.
 struct Work {
-    /// The next batch no session has taken, and batches to ask again
-    /// (with how often each was asked).
+    /// Where the next batch no session has taken starts.
     next: usize,
-    again: Vec<(usize, u32)>,
+    /// Batches to ask again: after a read the node failed, or the keys of
+    /// a failed multi-key read, one a request, to find which key fails.
+    again: Vec<Batch>,
     /// The first failure that ends the read-back.
     failed: Option<String>,
 }
@@ -45,6 +55,12 @@ struct Work {
 /// Reads back every touched key through the node with `protocol`; after a
 /// power cut, `tails` tells the unsynced tail from holes. `progress` is
 /// called with (keys done, keys in all) now and then.
+///
+/// A read the node fails (an error answer, not a broken connection) is
+/// asked again; a key the live node fails to read [`RETRIES`] times over
+/// is unreadable, judged corrupted (s3rver, killed while it wrote an
+/// object's metadata, answers 500 for that object ever after). A session
+/// that breaks fails the read-back: the node may have died under it.
 pub async fn online(
     protocol: &dyn Protocol,
     ledger: &Ledger,
@@ -58,12 +74,12 @@ pub async fn online(
         reason,
     };
     let keys = Judge::keys(ledger);
-    let batch = protocol.batch().max(1);
-    let batches: Vec<&[usize]> = keys.chunks(batch).collect();
+    let per_batch = protocol.batch().max(1);
+    let batches = keys.len().div_ceil(per_batch);
     // One session pipelines batches; one key a request needs several
     // sessions to be read back in reasonable time.
     let depth = protocol.depth().clamp(1, PIPELINE);
-    let sessions = if depth >= PIPELINE { 1 } else { 16 / depth }.clamp(1, batches.len().max(1));
+    let sessions = if depth >= PIPELINE { 1 } else { 16 / depth }.clamp(1, batches.max(1));
     let timeout = timeout.max(Duration::from_secs(10));
     let judge = Mutex::new((Judge::new(ledger, tails), progress, Instant::now()));
     let work = Mutex::new(Work {
@@ -72,10 +88,25 @@ pub async fn online(
         failed: None,
     });
     let all = keys.len();
+    let take = || {
+        let mut w = work.lock().expect("work");
+        if let Some(b) = w.again.pop() {
+            return Some(b);
+        }
+        let start = w.next;
+        (start < keys.len()).then(|| {
+            let len = per_batch.min(keys.len() - start);
+            w.next += len;
+            Batch {
+                start,
+                len,
+                asked: 0,
+            }
+        })
+    };
     let one = |_: usize| async {
         let mut session = None;
-        // Batch index by request id, with the times it was asked.
-        let mut in_flight: std::collections::HashMap<u64, (usize, u32)> = Default::default();
+        let mut in_flight: std::collections::HashMap<u64, Batch> = Default::default();
         let mut next_id = 0u64;
         loop {
             if work.lock().expect("work").failed.is_some() {
@@ -101,20 +132,15 @@ pub async fn online(
                 },
             };
             while in_flight.len() < depth.min(s.capacity()) {
-                let taken = {
-                    let mut w = work.lock().expect("work");
-                    match w.again.pop() {
-                        Some(b) => Some(b),
-                        None if w.next < batches.len() => {
-                            w.next += 1;
-                            Some((w.next - 1, 0))
-                        }
-                        None => None,
-                    }
-                };
-                let Some((b, asked)) = taken else { break };
-                s.submit(next_id, Request::Get { keys: batches[b] });
-                in_flight.insert(next_id, (b, asked + 1));
+                let Some(mut b) = take() else { break };
+                b.asked += 1;
+                s.submit(
+                    next_id,
+                    Request::Get {
+                        keys: &keys[b.start..b.start + b.len],
+                    },
+                );
+                in_flight.insert(next_id, b);
                 next_id += 1;
             }
             if in_flight.is_empty() {
@@ -127,17 +153,18 @@ pub async fn online(
                     .map_err(|_| SessionError::Broken(format!("no reply within {timeout:?}"))),
                 Err(e) => Err(e),
             };
-            let mut retry = vec![];
+            let mut retry: Vec<(Batch, String)> = vec![];
             let drained = waited.and_then(|()| {
                 s.drain(&mut |id, outcome| {
-                    let Some((b, asked)) = in_flight.remove(&id) else {
+                    let Some(b) = in_flight.remove(&id) else {
                         return;
                     };
+                    let asked = &keys[b.start..b.start + b.len];
                     match outcome {
-                        Outcome::Values(values) if values.len() == batches[b].len() => {
+                        Outcome::Values(values) if values.len() == asked.len() => {
                             let mut j = judge.lock().expect("judge");
                             let (judge, progress, last) = &mut *j;
-                            for (k, v) in batches[b].iter().zip(values) {
+                            for (k, v) in asked.iter().zip(values) {
                                 judge.key(*k, *v);
                             }
                             if last.elapsed() >= Duration::from_secs(1) {
@@ -147,35 +174,46 @@ pub async fn online(
                         }
                         Outcome::Values(values) => retry.push((
                             b,
-                            asked,
                             format!(
                                 "a read of {} keys returned {} values",
-                                batches[b].len(),
+                                asked.len(),
                                 values.len()
                             ),
                         )),
                         Outcome::NotDone(e) | Outcome::Unknown(e) => {
-                            retry.push((b, asked, format!("a read failed: {e}")))
+                            retry.push((b, format!("a read failed: {e}")))
                         }
-                        Outcome::Done => {
-                            retry.push((b, asked, "a read answered as a write".into()))
-                        }
+                        Outcome::Done => retry.push((b, "a read answered as a write".into())),
                     }
                 })
             });
-            let mut w = work.lock().expect("work");
-            for (b, asked, why) in retry {
-                if asked > RETRIES {
-                    w.failed.get_or_insert(why);
+            for (b, why) in retry {
+                if b.len > 1 {
+                    // Which of its keys fails: each alone.
+                    let mut w = work.lock().expect("work");
+                    w.again.extend((0..b.len).map(|i| Batch {
+                        start: b.start + i,
+                        len: 1,
+                        asked: 0,
+                    }));
+                } else if b.asked > RETRIES {
+                    judge
+                        .lock()
+                        .expect("judge")
+                        .0
+                        .unreadable(keys[b.start], &why);
                 } else {
-                    w.again.push((b, asked));
+                    work.lock().expect("work").again.push(b);
                 }
             }
             // A session that broke fails the read-back: the node may have
             // died under it, which the caller finds out (and restarts it,
             // and reads back again from the start).
             if let Err(e) = drained {
-                w.failed.get_or_insert(e.to_string());
+                work.lock()
+                    .expect("work")
+                    .failed
+                    .get_or_insert(e.to_string());
                 return;
             }
         }

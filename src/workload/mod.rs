@@ -367,6 +367,10 @@ pub struct Engine {
     fence: watch::Sender<u64>,
     passed: Arc<watch::Sender<Vec<u64>>>,
     running: Option<(watch::Sender<bool>, Vec<JoinHandle<()>>, Instant)>,
+    /// Times the load was resumed: each resumption draws new keys (the
+    /// same seed drew the same ones after every restart, so a load paused
+    /// for each read-back wrote the same few hundred keys all run long).
+    resumed: u64,
     log: Option<(watch::Sender<bool>, JoinHandle<std::io::Result<()>>)>,
 }
 
@@ -388,6 +392,7 @@ impl Engine {
             fence: watch::channel(0).0,
             passed: Arc::new(watch::channel(vec![0; connections]).0),
             running: None,
+            resumed: 0,
             log: None,
         }
     }
@@ -415,9 +420,11 @@ impl Engine {
             return;
         }
         let (stop_tx, stop_rx) = watch::channel(false);
+        self.resumed += 1;
         let handles = (0..self.cfg.connections)
             .map(|i| {
                 let conn = Conn {
+                    round: self.resumed,
                     index: i,
                     cfg: self.cfg.clone(),
                     protocol: self.protocol.clone(),
@@ -741,6 +748,8 @@ impl std::fmt::Display for IntervalRow {
 }
 
 struct Conn {
+    /// Which resumption of the load this is (its keys are drawn anew).
+    round: u64,
     index: usize,
     cfg: LoadConfig,
     protocol: Arc<dyn Protocol>,
@@ -1148,8 +1157,9 @@ impl Conn {
 
     async fn run(self) {
         let mut local = LoadStats::default();
-        let mut rng =
-            rand::rngs::SmallRng::seed_from_u64(self.cfg.seed ^ ((self.index as u64 + 1) * 0x9E37));
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(crate::units::mix64(
+            self.cfg.seed ^ ((self.index as u64 + 1) * 0x9E37) ^ (self.round << 40),
+        ));
         let mut stop = self.stop.clone();
         let mut fence = self.fence.clone();
         // The fence waited on, and how many requests must settle to pass it.
@@ -1304,6 +1314,7 @@ mod tests {
         let mut seen = std::collections::BTreeSet::new();
         for index in 0..3 {
             let conn = Conn {
+                round: 1,
                 index,
                 cfg: cfg.clone(),
                 protocol: cfg.protocol.open(),
