@@ -13,7 +13,7 @@
 #   bench/cost.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps
+scripts/deps --tests
 cargo build --locked -q --bin soak --bin soak-node
 work=$(mktemp -d)
 pids=()

@@ -8,7 +8,7 @@
 #   bench/node-vs-redis.sh [requests per test, default 200000]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps
+scripts/deps --tests
 n=${1:-200000}
 cargo build --locked -q --bin soak-node
 node_bin=target/debug/soak-node

@@ -9,7 +9,7 @@
 #   bench/shapes.sh [--only PATTERN]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps
+scripts/deps --tests
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 # Exit 1 is a failed check, which is what a leaking cell must give.

@@ -21,7 +21,7 @@ fn root() -> &'static Path {
 fn run(cmd: &mut Command) -> Output {
     let out = cmd
         .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (bash scripts/deps installs it)"));
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (scripts/deps --tests installs it)"));
     out
 }
 
@@ -30,7 +30,7 @@ fn must(cmd: &mut Command) {
     let out = run(cmd);
     assert!(
         out.status.success(),
-        "{shown} failed (bash scripts/deps installs python3-venv and nodejs; PyPI and npm must be reachable):\n{}{}",
+        "{shown} failed (scripts/deps --tests installs python3-venv and nodejs; PyPI and npm must be reachable):\n{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );

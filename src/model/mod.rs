@@ -823,6 +823,11 @@ pub struct LoadSummary {
     /// SETs of `load` phases (pipelined, outside the rate).
     pub fill_sets: u64,
     pub errors: u64,
+    /// Of the failed writes, those the node said definitely did not
+    /// happen (a refusal, a 4xx, an SQL error, an adapter's `fail`).
+    pub not_done: u64,
+    /// Client adapters that exited and were started again.
+    pub client_restarts: u64,
     pub unavailable: u64,
     pub corrupted_reads: u64,
     /// Acknowledged operations (not `load` SETs) per second of load.

@@ -241,16 +241,17 @@ async fn start(spec: Spec) -> Result<Adapter, SessionError> {
             )))
         }
         Ok(Err(e)) => {
-            return Err(SessionError::Broken(format!(
-                "the adapter `{}`: {e}",
-                a.command
+            return Err(SessionError::Fatal(format!(
+                "the adapter `{}` could not be given its init: {e}; its stderr is in {}",
+                a.command,
+                spec.log.display()
             )))
         }
         Ok(Ok(x)) => x,
     };
     if answer.is_empty() {
         let status = a.child.wait().await.ok();
-        return Err(SessionError::Broken(format!(
+        return Err(SessionError::Fatal(format!(
             "the adapter `{}` exited before it answered its init ({}); its stderr is in {}",
             a.command,
             status.map(|s| s.to_string()).unwrap_or_default(),
@@ -444,7 +445,7 @@ impl Session for Adapter {
                 .flatten()
                 .map(|s| s.to_string())
                 .unwrap_or_else(|| "closed its stdout".into());
-            return Err(SessionError::Broken(format!(
+            return Err(SessionError::ClientExited(format!(
                 "the adapter `{}` exited ({status}) with {} requests in flight",
                 self.command,
                 self.pending.len()
@@ -471,7 +472,7 @@ impl Adapter {
             match Pin::new(&mut self.stdin).poll_write(cx, &self.wbuf[self.written..]) {
                 Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
                     self.eof = true;
-                    return Err(SessionError::Broken(format!(
+                    return Err(SessionError::ClientExited(format!(
                         "the adapter `{}` stopped reading its stdin",
                         self.command
                     )));

@@ -114,10 +114,15 @@ pub enum Outcome<'a> {
 /// Why a session cannot go on.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SessionError {
-    /// Gone (a closed connection, an adapter that exited): what was in
-    /// flight is unknown, and another session may be opened.
+    /// Gone (a closed connection, a timeout): what was in flight is
+    /// unknown, and another session may be opened.
     #[error("{0}")]
     Broken(String),
+    /// The client side went away (an adapter that exited): what was in
+    /// flight is unknown, the node is not to blame, and another session
+    /// (a new adapter) is opened, in a read-back too.
+    #[error("{0}")]
+    ClientExited(String),
     /// The peer does not speak the protocol (an adapter that prints
     /// garbage, or never answers its init): the cell stops with exit 3.
     #[error("{0}")]

@@ -24,6 +24,8 @@ const PIPELINE: usize = 8;
 /// Times one batch is asked again after a read the node failed (an error
 /// answer, not a broken connection) before the read-back gives up.
 const RETRIES: u32 = 3;
+/// Client adapters that may exit during one read-back before it fails.
+const MAX_CLIENT_RESTARTS: usize = 20;
 
 #[derive(Debug, thiserror::Error)]
 #[error("verification could not read from {target}: {reason}")]
@@ -50,6 +52,8 @@ struct Work {
     again: Vec<Batch>,
     /// The first failure that ends the read-back.
     failed: Option<String>,
+    /// Client adapters that exited during it.
+    client_restarts: usize,
 }
 
 /// Reads back every touched key through the node with `protocol`; after a
@@ -86,6 +90,7 @@ pub async fn online(
         next: 0,
         again: vec![],
         failed: None,
+        client_restarts: 0,
     });
     let all = keys.len();
     let take = || {
@@ -206,15 +211,33 @@ pub async fn online(
                     work.lock().expect("work").again.push(b);
                 }
             }
-            // A session that broke fails the read-back: the node may have
-            // died under it, which the caller finds out (and restarts it,
-            // and reads back again from the start).
-            if let Err(e) = drained {
-                work.lock()
-                    .expect("work")
-                    .failed
-                    .get_or_insert(e.to_string());
-                return;
+            match drained {
+                Ok(()) => {}
+                // An adapter that exited: another one reads what it was
+                // asked (a few times over, not forever).
+                Err(SessionError::ClientExited(why)) => {
+                    session = None;
+                    let mut w = work.lock().expect("work");
+                    w.client_restarts += 1;
+                    if w.client_restarts > MAX_CLIENT_RESTARTS {
+                        w.failed.get_or_insert(format!(
+                            "{why}; {MAX_CLIENT_RESTARTS} adapters exited during one read-back"
+                        ));
+                        return;
+                    }
+                    let lost: Vec<Batch> = in_flight.drain().map(|(_, b)| b).collect();
+                    w.again.extend(lost);
+                }
+                // A session that broke fails the read-back: the node may
+                // have died under it, which the caller finds out (and
+                // restarts it, and reads back again from the start).
+                Err(e) => {
+                    work.lock()
+                        .expect("work")
+                        .failed
+                        .get_or_insert(e.to_string());
+                    return;
+                }
             }
         }
     };

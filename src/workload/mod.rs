@@ -61,6 +61,9 @@ pub struct LoadStats {
     pub errors: u64,
     /// Of the failed writes, those the node said definitely did not happen.
     pub not_done: u64,
+    /// Client adapters that exited and were started again (their requests
+    /// in flight count as errors; the node is not blamed).
+    pub client_restarts: u64,
     /// Scheduled operations not sent because the node was down.
     pub unavailable: u64,
     /// GETs that returned a value no write of that key produced.
@@ -100,6 +103,7 @@ impl Default for LoadStats {
             mgets_ok: 0,
             errors: 0,
             not_done: 0,
+            client_restarts: 0,
             unavailable: 0,
             corrupted_reads: 0,
             lost_reads: 0,
@@ -126,6 +130,7 @@ impl LoadStats {
             mgets_ok: self.mgets_ok - earlier.mgets_ok,
             errors: self.errors - earlier.errors,
             not_done: self.not_done - earlier.not_done,
+            client_restarts: self.client_restarts - earlier.client_restarts,
             unavailable: self.unavailable - earlier.unavailable,
             corrupted_reads: self.corrupted_reads - earlier.corrupted_reads,
             lost_reads: self.lost_reads - earlier.lost_reads,
@@ -147,6 +152,7 @@ impl LoadStats {
         self.mgets_ok += other.mgets_ok;
         self.errors += other.errors;
         self.not_done += other.not_done;
+        self.client_restarts += other.client_restarts;
         self.unavailable += other.unavailable;
         self.corrupted_reads += other.corrupted_reads;
         self.lost_reads += other.lost_reads;
@@ -205,6 +211,8 @@ impl LoadStats {
             mgets: self.mgets_ok,
             fill_sets: self.fill_sets,
             errors: self.errors,
+            not_done: self.not_done,
+            client_restarts: self.client_restarts,
             unavailable: self.unavailable,
             corrupted_reads: self.corrupted_reads,
             ops_per_s: self.ops_per_s(),
@@ -552,7 +560,7 @@ impl Engine {
                                 fatal.send_replace(Some(why));
                                 break;
                             }
-                            Err(SessionError::Broken(_)) => break,
+                            Err(SessionError::Broken(_) | SessionError::ClientExited(_)) => break,
                         }
                     }
                     acked
@@ -1121,6 +1129,11 @@ impl Conn {
         match drained {
             Ok(()) => true,
             Err(SessionError::Broken(_)) => false,
+            Err(SessionError::ClientExited(why)) => {
+                local.client_restarts += 1;
+                local.error_reply.get_or_insert(why);
+                false
+            }
             Err(SessionError::Fatal(why)) => {
                 self.fatal.send_if_modified(|f| {
                     let first = f.is_none();
@@ -1143,7 +1156,7 @@ impl Conn {
                 *last_try = None;
                 Some(s)
             }
-            Err(SessionError::Broken(_)) => None,
+            Err(SessionError::Broken(_) | SessionError::ClientExited(_)) => None,
             Err(SessionError::Fatal(why)) => {
                 self.fatal.send_if_modified(|f| {
                     let first = f.is_none();

@@ -17,7 +17,7 @@ pub fn require_tool(tool: &str, package: &str) {
         .unwrap_or(false);
     assert!(
         found,
-        "{tool} is missing: run `apt-get install {package}` (or scripts/deps)"
+        "{tool} is missing: run `apt-get install {package}` (or scripts/deps --tests)"
     );
 }
 
@@ -57,7 +57,7 @@ pub fn npm_module(spec: &str) -> std::path::PathBuf {
 pub fn require_file(path: &str, package: &str) {
     assert!(
         Path::new(path).exists(),
-        "{path} is missing: run `apt-get install {package}` (or scripts/deps)"
+        "{path} is missing: run `apt-get install {package}` (or scripts/deps --tests)"
     );
 }
 

@@ -66,7 +66,30 @@ pub fn soak_run(suite_file: &str, extra: &[&str]) -> Run {
 /// running its arguments).
 #[allow(dead_code)]
 pub fn soak_run_in(wrapper: &[&str], suite_file: &str, extra: &[&str]) -> Run {
+    soak_run_with(wrapper, &[], suite_file, extra)
+}
+
+/// `soak run` with variables added to its environment (which its nodes
+/// and adapters inherit).
+#[allow(dead_code)]
+pub fn soak_run_env(env: &[(&str, String)], suite_file: &str, extra: &[&str]) -> Run {
+    soak_run_with(&[], env, suite_file, extra)
+}
+
+fn soak_run_with(
+    wrapper: &[&str],
+    env: &[(&str, String)],
+    suite_file: &str,
+    extra: &[&str],
+) -> Run {
     let dir = tempfile::tempdir().unwrap();
+    // Open to every user, as a reports folder is: a node that runs as
+    // another user (PostgreSQL as `postgres`) must reach its data.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let id = test_run_id();
     let mut cmd = match wrapper.split_first() {
         Some((first, rest)) => {
@@ -77,6 +100,7 @@ pub fn soak_run_in(wrapper: &[&str], suite_file: &str, extra: &[&str]) -> Run {
         None => Command::new(env!("CARGO_BIN_EXE_soak")),
     };
     let out = cmd
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .arg("run")
         .arg(suite(suite_file))
         .arg("--out")
