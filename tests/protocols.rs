@@ -215,3 +215,20 @@ fn a_cell_whose_writes_nobody_judged_says_so_instead_of_passing_zero_lost() {
     assert!(report.contains("no writes judged"), "{report}");
     assert!(!report.contains("0 writes acknowledged"), "{report}");
 }
+
+#[test]
+fn the_docs_show_the_example_adapter_whole_and_it_is_under_100_lines() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/src/protocols.md")).unwrap();
+    let adapter = std::fs::read_to_string(root.join("adapters/etcd.py")).unwrap();
+    let shown = doc
+        .split("```python\n")
+        .nth(1)
+        .and_then(|b| b.split("```\n").next())
+        .expect("a python block in docs/src/protocols.md");
+    assert_eq!(
+        shown, adapter,
+        "docs/src/protocols.md shows another adapters/etcd.py"
+    );
+    assert!(adapter.lines().count() < 100);
+}
