@@ -553,6 +553,9 @@ fn series(m: &MemorySummary, s: Series) -> (&SeriesAnalysis, u64) {
 /// Fails only on growth above the limit that is also a significant trend
 /// (analysis::trend): warm-up and sawtooth are not leaks.
 fn growth(g: &GrowthCheck, m: &MemorySummary) -> CheckResult {
+    if let Some(min) = g.min {
+        return expected_growth(g, min.0, m);
+    }
     let (a, _) = series(m, g.series);
     let growing = match (a.slope_per_hour, a.p_growth) {
         (Some(s), Some(p)) => s > g.max.0 && p < GROWTH_ALPHA,
@@ -596,6 +599,37 @@ fn growth(g: &GrowthCheck, m: &MemorySummary) -> CheckResult {
     }
 }
 
+/// A reproduction's growth (`min`): passes on a significant trend at
+/// least `min` bytes an hour (and under `max`, if given): a leak the cell
+/// expects, found. Anything less fails: the incident did not show.
+fn expected_growth(g: &GrowthCheck, min: f64, m: &MemorySummary) -> CheckResult {
+    let (a, _) = series(m, g.series);
+    let found = match (a.slope_per_hour, a.p_growth) {
+        (Some(s), Some(p)) => s >= min && s <= g.max.0 && p < GROWTH_ALPHA,
+        _ => false,
+    };
+    let mib = |v: Option<f64>| {
+        v.map(|v| format!("{:+.1}", v / 1048576.0))
+            .unwrap_or_else(|| "n/a".into())
+    };
+    CheckResult {
+        name: format!("memory_growth ({})", series_name(g.series)),
+        verdict: verdict_of(found, g.severity),
+        value: opt(a.slope_per_hour),
+        limit: format!(">= {}/h", crate::units::Bytes(min as u64)).into(),
+        unit: "bytes/h".into(),
+        detail: Some(format!(
+            "expected growth of at least {:.1} MiB/h: 95% CI [{}, {}] MiB/h, p = {}",
+            min / 1048576.0,
+            mib(a.slope_low_per_hour),
+            mib(a.slope_high_per_hour),
+            a.p_growth
+                .map(|p| format!("{p:.2e}"))
+                .unwrap_or_else(|| "n/a".into()),
+        )),
+    }
+}
+
 fn peak(p: &PeakCheck, m: &MemorySummary, limit: Option<u64>) -> Option<CheckResult> {
     let (_, peak) = series(m, p.series);
     let max = p.max.bytes(limit)?;
@@ -634,7 +668,11 @@ fn disk(d: &DiskCheck, peak: u64) -> Option<CheckResult> {
 /// detail names the largest growth on the way, after which phase: an
 /// upgrade that doubled the database until a compaction shows there.
 fn disk_growth(d: &DiskCheck, phases: &[PhaseRecord]) -> Option<CheckResult> {
-    let ratio = d.max_growth?;
+    if d.max_growth.is_none() && d.min_growth.is_none() {
+        return None;
+    }
+    let ratio = d.max_growth.unwrap_or(f64::INFINITY);
+    let least = d.min_growth.unwrap_or(0.0);
     let left = |p: &PhaseRecord| p.disk_bytes.filter(|b| *b > 0);
     let (base, base_at) = match d.from {
         GrowthFrom::First => (
@@ -663,9 +701,13 @@ fn disk_growth(d: &DiskCheck, phases: &[PhaseRecord]) -> Option<CheckResult> {
     });
     Some(CheckResult {
         name: "disk growth".into(),
-        verdict: verdict_of(growth.is_some_and(|g| g <= ratio), d.severity),
+        verdict: verdict_of(growth.is_some_and(|g| g <= ratio && g >= least), d.severity),
         value: opt(growth.map(|g| (g * 1000.0).round() / 1000.0)),
-        limit: ratio.into(),
+        limit: match (d.max_growth, d.min_growth) {
+            (Some(max), None) => max.into(),
+            (None, Some(min)) => format!(">= {min}").into(),
+            (max, min) => format!("{}..{}", min.unwrap_or(0.0), max.unwrap_or(0.0)).into(),
+        },
         detail: Some(match (first, last, largest) {
             (Some(a), Some(b), Some((peak, after))) => format!(
                 "{} {base_at}, {} at the end; at most {} ({:.2}x), after `{after}`",

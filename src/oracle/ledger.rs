@@ -889,6 +889,64 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_write_read_back_is_an_aborted_read_and_an_unknown_one_is_in_doubt() {
+        let l = ledger();
+        let k = 11;
+        let v1 = set_version(&l, k, 1);
+        while l.next_version(k) < v1 {}
+        l.ack(k, v1);
+        // The node said v2 failed, and it is read back: aborted.
+        let v2 = set_version(&l, k, v1 + 1);
+        while l.next_version(k) < v2 {}
+        l.fail(k, v2);
+        let snap = l.snapshot(k);
+        assert_eq!(
+            l.judge_read(k, Observed::Version(v2), snap),
+            KeyVerdict::Aborted
+        );
+        // Not the failed write: the one before is no finding (in doubt, as
+        // the versions between the two were sent too).
+        let k = 12;
+        let w1 = set_version(&l, k, 1);
+        while l.next_version(k) < w1 {}
+        l.ack(k, w1);
+        let w2 = set_version(&l, k, w1 + 1);
+        while l.next_version(k) < w2 {}
+        l.fail(k, w2);
+        assert!(!l.judge(k, Observed::Version(w1)).is_finding());
+        // Unknown (not failed): either value is allowed.
+        let k = 13;
+        let u1 = set_version(&l, k, 1);
+        while l.next_version(k) < u1 {}
+        l.ack(k, u1);
+        let u2 = set_version(&l, k, u1 + 1);
+        while l.next_version(k) < u2 {}
+        assert_eq!(l.judge(k, Observed::Version(u2)), KeyVerdict::InDoubt);
+        // A failed DEL, and the key gone: the delete happened after all.
+        let k = 14;
+        let s1 = set_version(&l, k, 1);
+        while l.next_version(k) < s1 {}
+        l.ack(k, s1);
+        let d = (s1 + 1..)
+            .find(|v| l.kind(k, *v) == WriteKind::Del)
+            .unwrap();
+        while l.next_version(k) < d {}
+        l.fail(k, d);
+        assert_eq!(l.judge(k, Observed::Absent), KeyVerdict::Aborted);
+        // And saved: `soak verify` judges it the same.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.bin");
+        let m = ledger();
+        let k = 15;
+        let x1 = set_version(&m, k, 1);
+        while m.next_version(k) < x1 {}
+        m.fail(k, x1);
+        m.save(&path, true).unwrap();
+        let back = Ledger::load(&path).unwrap();
+        assert_eq!(back.judge(k, Observed::Version(x1)), KeyVerdict::Aborted);
+    }
+
+    #[test]
     fn a_lost_write_says_when_it_was_acknowledged() {
         let mut l = ledger();
         l.set_origin(std::time::Instant::now() - std::time::Duration::from_secs(40));

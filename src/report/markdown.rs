@@ -375,7 +375,15 @@ fn load_line(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
             } else {
                 String::new()
             },
-            l.errors,
+            match (l.not_done, l.client_restarts) {
+                (0, 0) => l.errors.to_string(),
+                (n, 0) => format!("{} ({n} writes the node said were not done)", l.errors),
+                (0, r) => format!("{} ({r} client adapters exited and were started again)", l.errors),
+                (n, r) => format!(
+                    "{} ({n} writes the node said were not done; {r} client adapters exited and were started again)",
+                    l.errors
+                ),
+            },
             l.unavailable,
             l.corrupted_reads,
             ms(l, |l| l.p50),

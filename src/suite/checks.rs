@@ -143,7 +143,12 @@ pub enum Series {
 #[serde(deny_unknown_fields)]
 pub struct GrowthCheck {
     /// The largest acceptable slope, e.g. `20MiB/h`.
+    #[serde(default = "unbounded", skip_serializing_if = "is_unbounded")]
     pub max: GrowthRate,
+    /// The least growth a reproduction must show, e.g. `30MiB/h`: a
+    /// significant trend at least this steep (a cell that expects a leak).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<GrowthRate>,
     #[serde(default)]
     pub series: Series,
     /// Samples this soon after each (re)start are left out of the slope.
@@ -183,6 +188,14 @@ pub enum Inconclusive {
     Fail,
 }
 
+fn unbounded() -> GrowthRate {
+    GrowthRate(f64::INFINITY)
+}
+
+fn is_unbounded(g: &GrowthRate) -> bool {
+    g.0.is_infinite()
+}
+
 fn default_warmup() -> Dur {
     Dur(std::time::Duration::from_secs(10))
 }
@@ -219,6 +232,9 @@ pub struct PeakCheck {
 pub struct DiskCheck {
     pub max: Option<Size>,
     pub max_growth: Option<f64>,
+    /// The least growth a reproduction must show (the end over the base),
+    /// e.g. `2.0`: a database that doubles.
+    pub min_growth: Option<f64>,
     /// What `max_growth` compares the end with: `first` (the default),
     /// the size after the first phase that left data; `upgrade`, the size
     /// before the first `upgrade` or `downgrade` phase (compact before it
@@ -538,6 +554,21 @@ impl Checks {
                     (c.phase.as_ref(), c.window),
                 )
             }));
+        for (i, g) in self.memory_growth.iter().enumerate() {
+            let n = self.memory_growth.len();
+            if g.max.0.is_infinite() && g.min.is_none() {
+                out.push((
+                    at("memory_growth", n, i, "max"),
+                    "give `max` (the most growth allowed, e.g. 20MiB/h), or `min` (the least a reproduction must show)".into(),
+                ));
+            }
+            if g.min.is_some() && (g.phase.is_some() || g.window.is_some()) {
+                out.push((
+                    at("memory_growth", n, i, "min"),
+                    "`min` is judged on the whole run: remove `phase` and `window`, or give a second check without `min`".into(),
+                ));
+            }
+        }
         for (name, n, i, (phase, window)) in scopes {
             if phase.is_some() && window.is_some() {
                 out.push((
@@ -635,10 +666,10 @@ impl Checks {
             }
         }
         if let Some(d) = &self.disk {
-            if d.max.is_none() && d.max_growth.is_none() {
+            if d.max.is_none() && d.max_growth.is_none() && d.min_growth.is_none() {
                 out.push((
                     "checks.disk".into(),
-                    "give `max` (a size, e.g. 4GiB), `max_growth` (a ratio, e.g. 1.5) or both"
+                    "give `max` (a size, e.g. 4GiB), `max_growth` (a ratio, e.g. 1.5), or `min_growth` (the growth a reproduction must show, e.g. 2.0)"
                         .into(),
                 ));
             }

@@ -1,0 +1,369 @@
+//! soak's loads over protocols other than RESP against a named peer on the
+//! same endpoint, in the same run, three interleaved rounds, medians:
+//!
+//! - HTTP: soak's `http` load on etcd's v3 JSON gateway against `wrk`
+//!   (reads: `/v3/kv/range`; writes: `/v3/kv/put`), 8 connections each,
+//!   one request in flight on each. soak judges every read against its
+//!   ledger (the oracle on); wrk repeats one request and checks nothing.
+//! - PostgreSQL: soak's `postgres` load against `pgbench` at the same
+//!   connections (8), one statement in flight on each, the same
+//!   statements (`-M prepared`): point reads of the table soak made, and
+//!   upserts into it.
+//! - The adapter's cost: the same PostgreSQL load through
+//!   `adapters/postgres.py` (psycopg2) against soak's built-in client.
+//!
+//!     cargo run --example protocols [seconds per run, default 5]
+//!
+//! Needs etcd, wrk, PostgreSQL and psycopg2 (`scripts/deps --tests`).
+//! Prints markdown tables for the README.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use soak::protocol::{self, http};
+use soak::workload::{dist::Distribution, Engine, LoadConfig};
+
+#[path = "need.rs"]
+mod need_tool;
+use need_tool::need;
+
+const CONNECTIONS: usize = 8;
+const KEYS: usize = 10_000;
+const VALUE: usize = 100;
+const ROUNDS: usize = 3;
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_ports<const N: usize>() -> [u16; N] {
+    soak::net::ports::free().expect("free ports on 127.0.0.1")
+}
+
+fn wait_for(port: u16) {
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("nothing listens on {port}");
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn config(protocol: protocol::Spec, get: f64) -> LoadConfig {
+    LoadConfig {
+        protocol,
+        keys: KEYS,
+        value_size: (VALUE, VALUE),
+        compressibility: None,
+        set: 1.0 - get,
+        get,
+        del: 0.0,
+        mget: 0.0,
+        mget_keys: 1,
+        rate: None,
+        pipeline: 1,
+        connections: CONNECTIONS,
+        timeout: Duration::from_secs(5),
+        seed: 1,
+        distribution: Distribution::Uniform,
+    }
+}
+
+/// soak's closed loop for `secs` on a filled key space: acknowledged
+/// operations per second, every read judged.
+async fn soak(engine: &mut Engine, secs: f64) -> f64 {
+    let before = engine.stats();
+    engine.resume();
+    tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+    engine.pause().await;
+    let s = engine.stats().since(&before);
+    assert_eq!(s.corrupted_reads + s.lost_reads, 0, "soak found losses");
+    assert!(s.errors < 10, "soak's load had {} errors", s.errors);
+    s.ops_per_s()
+}
+
+fn etcd_spec(port: u16) -> protocol::Spec {
+    let req = |path: &str, body: &str| http::RequestSpec {
+        method: "POST".into(),
+        path: path.into(),
+        body: Some(body.into()),
+        headers: vec![],
+    };
+    protocol::Spec::Http(Box::new(http::Spec {
+        target: format!("127.0.0.1:{port}"),
+        host: format!("127.0.0.1:{port}"),
+        headers: vec![("content-type".into(), "application/json".into())],
+        write: req(
+            "/v3/kv/put",
+            r#"{"key":"${key.base64}","value":"${value.base64}"}"#,
+        ),
+        read: req("/v3/kv/range", r#"{"key":"${key.base64}"}"#),
+        delete: None,
+        value: http::Extract::Json {
+            pointer: "/kvs/0/value".into(),
+            decode: http::Decode::Base64,
+        },
+        status: http::Statuses::default(),
+        setup: vec![],
+    }))
+}
+
+/// wrk's requests per second: one POST of `body` to `path`, over and over.
+fn wrk(port: u16, path: &str, body: &str, secs: f64, dir: &Path) -> f64 {
+    let script = dir.join("post.lua");
+    std::fs::write(
+        &script,
+        format!(
+            "wrk.method = \"POST\"\nwrk.body = '{body}'\nwrk.headers[\"Content-Type\"] = \"application/json\"\n"
+        ),
+    )
+    .unwrap();
+    let out = Command::new("wrk")
+        .args(["-t1", &format!("-c{CONNECTIONS}"), &format!("-d{secs}s")])
+        .arg("-s")
+        .arg(&script)
+        .arg(format!("http://127.0.0.1:{port}{path}"))
+        .output()
+        .expect("wrk runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("Requests/sec:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no figure from wrk: {text}"))
+}
+
+async fn http_vs_wrk(secs: f64) {
+    need("etcd", "etcd-server");
+    need("wrk", "wrk");
+    let dir = tempfile::tempdir().unwrap();
+    let [port, peer] = free_ports();
+    let _etcd = Server(
+        Command::new("etcd")
+            .args(["--name", "bench", "--data-dir"])
+            .arg(dir.path().join("etcd"))
+            .arg(format!("--listen-client-urls=http://127.0.0.1:{port}"))
+            .arg(format!("--advertise-client-urls=http://127.0.0.1:{port}"))
+            .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
+            .arg(format!(
+                "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
+            ))
+            .arg(format!("--initial-cluster=bench=http://127.0.0.1:{peer}"))
+            .args(["--log-level", "error"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcd starts"),
+    );
+    wait_for(port);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut reads = Engine::new(config(etcd_spec(port), 1.0));
+    let (filled, _) = reads.fill().await;
+    assert_eq!(filled, KEYS as u64, "etcd took every key");
+    let mut writes = Engine::new(config(etcd_spec(port), 0.0));
+    let key = "c29hazox"; // base64("soak:1")
+    let value = "a".repeat(VALUE * 4 / 3);
+    println!("\n| etcd v3 gateway | wrk ops/s | soak ops/s | soak / wrk |\n|---|---:|---:|---:|");
+    for (name, engine, path, body) in [
+        (
+            "range (read)",
+            &mut reads,
+            "/v3/kv/range",
+            format!(r#"{{"key":"{key}"}}"#),
+        ),
+        (
+            "put (write)",
+            &mut writes,
+            "/v3/kv/put",
+            format!(r#"{{"key":"{key}","value":"{value}"}}"#),
+        ),
+    ] {
+        let (mut theirs, mut ours) = (vec![], vec![]);
+        for _ in 0..ROUNDS {
+            theirs.push(wrk(port, path, &body, secs, dir.path()));
+            ours.push(soak(engine, secs).await);
+        }
+        let (t, o) = (median(theirs), median(ours));
+        println!("| {name} | {t:.0} | {o:.0} | {:.2}x |", o / t);
+    }
+}
+
+/// A PostgreSQL cluster of the benchmark's own, as `postgres`.
+struct Postgres {
+    _server: Server,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+fn postgres() -> Postgres {
+    let bin = Path::new("/usr/lib/postgresql/15/bin");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let as_postgres = |program: &Path| {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=postgres", "--regid=postgres", "--init-groups"])
+            .arg(program);
+        c
+    };
+    let ok = as_postgres(&bin.join("initdb"))
+        .arg("-D")
+        .arg(&data)
+        .args(["-U", "soak", "-A", "trust", "--no-sync"])
+        .stdout(Stdio::null())
+        .status()
+        .expect("initdb runs");
+    assert!(ok.success(), "initdb failed");
+    let [port] = free_ports();
+    let server = Server(
+        as_postgres(&bin.join("postgres"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string()])
+            .args(["-c", "listen_addresses=127.0.0.1"])
+            .args(["-c", "unix_socket_directories="])
+            .args(["-c", "max_connections=50"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("postgres starts"),
+    );
+    wait_for(port);
+    std::thread::sleep(Duration::from_secs(1));
+    Postgres {
+        _server: server,
+        port,
+        _dir: dir,
+    }
+}
+
+fn pg_spec(port: u16) -> protocol::Spec {
+    protocol::Spec::Postgres(
+        protocol::postgres::Spec::from_url(
+            &format!("postgres://soak@127.0.0.1:{port}/postgres"),
+            "soak_kv",
+        )
+        .unwrap(),
+    )
+}
+
+fn adapter_spec(port: u16, dir: &Path) -> protocol::Spec {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    protocol::Spec::Adapter(protocol::adapter::Spec {
+        command: vec![
+            "/usr/bin/python3".into(),
+            root.join("adapters/postgres.py").display().to_string(),
+        ],
+        env: vec![],
+        target: Some(format!("127.0.0.1:{port}")),
+        params: Default::default(),
+        init_timeout_s: 10.0,
+        needs: protocol::Caps {
+            multi_get: false,
+            delete: false,
+        },
+        log: dir.join("adapter.log"),
+        run_id: "bench".into(),
+    })
+}
+
+/// pgbench's transactions per second of `script`, one statement each.
+fn pgbench(port: u16, script: &str, secs: f64, dir: &Path) -> f64 {
+    let file = dir.join("bench.sql");
+    std::fs::write(&file, script).unwrap();
+    let out = Command::new("pgbench")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "soak"])
+        .args(["-n", "-M", "prepared", &format!("-c{CONNECTIONS}"), "-j1"])
+        .args(["-T", &format!("{}", secs.ceil() as u64)])
+        .arg("-f")
+        .arg(&file)
+        .arg("postgres")
+        .output()
+        .expect("pgbench runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("tps = "))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "no figure from pgbench: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+}
+
+async fn postgres_vs_pgbench_and_the_adapter(secs: f64) {
+    need("pgbench", "postgresql-client");
+    need("setpriv", "util-linux");
+    let pg = postgres();
+    let dir = tempfile::tempdir().unwrap();
+    let mut reads = Engine::new(config(pg_spec(pg.port), 1.0));
+    let (filled, _) = reads.fill().await;
+    assert_eq!(filled, KEYS as u64);
+    let mut writes = Engine::new(config(pg_spec(pg.port), 0.0));
+    let value = "a".repeat(VALUE);
+    let read_sql = format!(
+        "\\set k random(0, {})\nSELECT k, v FROM soak_kv WHERE k = ANY(ARRAY['soak:' || :k]);\n",
+        KEYS - 1
+    );
+    let write_sql = format!(
+        "\\set k random(0, {})\nINSERT INTO soak_kv (k, v) VALUES ('soak:' || :k, '{value}') ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v;\n",
+        KEYS - 1
+    );
+    println!(
+        "\n| PostgreSQL 15 | pgbench tps | soak ops/s | soak / pgbench |\n|---|---:|---:|---:|"
+    );
+    for (name, engine, sql) in [
+        ("point read", &mut reads, &read_sql),
+        ("upsert", &mut writes, &write_sql),
+    ] {
+        let (mut theirs, mut ours) = (vec![], vec![]);
+        for _ in 0..ROUNDS {
+            theirs.push(pgbench(pg.port, sql, secs, dir.path()));
+            ours.push(soak(engine, secs).await);
+        }
+        let (t, o) = (median(theirs), median(ours));
+        println!("| {name} | {t:.0} | {o:.0} | {:.2}x |", o / t);
+    }
+    let mut through_adapter = [
+        Engine::new(config(adapter_spec(pg.port, dir.path()), 1.0)),
+        Engine::new(config(adapter_spec(pg.port, dir.path()), 0.0)),
+    ];
+    println!(
+        "\n| PostgreSQL 15 | built-in ops/s | adapters/postgres.py ops/s | adapter / built-in |\n|---|---:|---:|---:|"
+    );
+    for (name, builtin, adapter) in [("point read", &mut reads, 0), ("upsert", &mut writes, 1)] {
+        let (mut theirs, mut ours) = (vec![], vec![]);
+        for _ in 0..ROUNDS {
+            theirs.push(soak(builtin, secs).await);
+            ours.push(soak(&mut through_adapter[adapter], secs).await);
+        }
+        let (t, o) = (median(theirs), median(ours));
+        println!("| {name} | {t:.0} | {o:.0} | {:.2}x |", o / t);
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let secs: f64 = std::env::args()
+        .nth(1)
+        .map(|a| a.parse().expect("seconds per run"))
+        .unwrap_or(5.0);
+    http_vs_wrk(secs).await;
+    postgres_vs_pgbench_and_the_adapter(secs).await;
+}
