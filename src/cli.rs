@@ -457,7 +457,7 @@ fn run_command(opts: RunOptions) -> i32 {
                         eprintln!("soak: cell {}: {e}", c.id);
                     }
                 }
-                eprintln!("soak: verdict {}", summary.verdict.as_str());
+                eprintln!("soak: verdict {}", summary.headline());
                 let charts = crate::report::charts::of_run(&dir, &summary);
                 if let Err(e) = crate::report::ci::publish(&summary, &charts) {
                     eprintln!("soak: cannot write the CI job summary: {e}");

@@ -329,6 +329,8 @@ fn summary_of(
         suite: suite.name.clone(),
         description: suite.description.clone(),
         verdict: Verdict::of_run(cells.iter().map(|c| c.verdict)),
+        warned_cells: 0,
+        warned_checks: 0,
         run_id: ctx.run_id.clone(),
         seed: ctx.seed,
         shard: opts.shard.map(|(i, n)| format!("{i}/{n}")),

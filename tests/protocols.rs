@@ -232,3 +232,29 @@ fn the_docs_show_the_example_adapter_whole_and_it_is_under_100_lines() {
     );
     assert!(adapter.lines().count() < 100);
 }
+
+#[test]
+fn network_faults_over_http_show_as_latency_and_timeouts_never_as_lost_writes() {
+    let run = soak_run("tests/suites/network-http.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = run.cell();
+    // Through the proxy: the run after the 50 ms latency answers in no
+    // less, the blackholed run times out, the run after `clear` is clean.
+    let runs: Vec<_> = c
+        .phases
+        .iter()
+        .filter(|p| p.phase == "run 2s")
+        .map(|p| p.load.clone().unwrap())
+        .collect();
+    assert_eq!(runs.len(), 4);
+    assert!(
+        runs[1].latency_us.as_ref().unwrap().p50 >= 50_000,
+        "{:?}",
+        runs[1]
+    );
+    assert!(runs[2].errors > 0, "{:?}", runs[2]);
+    assert_eq!(runs[3].errors, 0, "{:?}", runs[3]);
+    assert!(c.network.expect("the proxy's figures").bytes_blackholed > 0);
+    assert_eq!(c.integrity.harmed(), 0);
+    assert!(c.integrity.verified > 50);
+}

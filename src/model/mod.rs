@@ -84,8 +84,16 @@ pub struct Summary {
     pub suite: String,
     #[serde(default)]
     pub description: String,
-    /// "pass", "fail" or "error" (a warning alone passes).
+    /// "pass", "fail" or "error" (a warning alone passes: see
+    /// `warned_cells` and `warned_checks`, and [`Summary::headline`]).
     pub verdict: Verdict,
+    /// Cells whose verdict is `warn`: a passing run that warned says so
+    /// ("pass, 3 warnings in 3 cells").
+    #[serde(default)]
+    pub warned_cells: usize,
+    /// Checks that warned, over every cell.
+    #[serde(default)]
+    pub warned_checks: usize,
     #[serde(default)]
     pub run_id: String,
     /// The run's seed: `soak run --seed N` replays workloads and chaos.
@@ -115,6 +123,47 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// Cells that warned, and checks that warned.
+    pub fn warnings(&self) -> (usize, usize) {
+        let cells = self
+            .cells
+            .iter()
+            .filter(|c| c.verdict == Verdict::Warn)
+            .count();
+        let checks = self
+            .cells
+            .iter()
+            .flat_map(|c| &c.checks)
+            .filter(|k| k.verdict == Verdict::Warn)
+            .count();
+        (cells, checks)
+    }
+
+    /// Sets `warned_cells` and `warned_checks` from the cells.
+    pub fn tally(&mut self) {
+        (self.warned_cells, self.warned_checks) = self.warnings();
+    }
+
+    /// The run's verdict as its top line says it: `pass`, `pass, 3
+    /// warnings in 2 cells`, `fail`, `error`. A reader of a PR comment
+    /// must not see a green pass and nothing else when cells warned.
+    pub fn headline(&self) -> String {
+        let (cells, checks) = self.warnings();
+        match self.verdict {
+            Verdict::Pass if checks > 0 || cells > 0 => format!(
+                "pass, {} in {}",
+                plural(checks.max(cells), "warning"),
+                plural(cells, "cell")
+            ),
+            v => v.as_str().to_string(),
+        }
+    }
+
+    /// Whether the run passed with warnings.
+    pub fn warned(&self) -> bool {
+        self.verdict == Verdict::Pass && self.warnings() != (0, 0)
+    }
+
     /// Whether the run was stopped early by the user (Ctrl-C, SIGTERM).
     pub fn interrupted(&self) -> bool {
         self.stopped == Some(Stop::Interrupted)
@@ -122,6 +171,15 @@ impl Summary {
                 .cells
                 .iter()
                 .any(|c| c.error.as_deref() == Some(INTERRUPTED))
+    }
+}
+
+/// `1 warning`, `3 warnings`.
+fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
     }
 }
 

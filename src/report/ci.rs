@@ -103,7 +103,7 @@ fn heading(s: &Summary) -> String {
     format!(
         "### soak: {} — {}\n\nRun {} of {} (seed {}), {}: {} cell{}, {}.\n\n",
         table_text(&s.suite),
-        badge(s.verdict),
+        super::markdown::run_badge(s),
         code_span(&s.run_id),
         code_span(&s.suite_file),
         s.seed,
@@ -397,6 +397,55 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    /// Three cells that warn and none that fails: every top line says
+    /// "pass, 3 warnings", never a bare green pass (issue 44: a reader of
+    /// the comment saw a green tick and nothing else).
+    #[test]
+    fn a_run_of_warnings_says_so_at_the_top_of_every_output() {
+        let mut s = summary(3);
+        s.verdict = Verdict::Pass;
+        for c in &mut s.cells {
+            c.verdict = Verdict::Warn;
+            for k in &mut c.checks {
+                k.verdict = Verdict::Pass;
+            }
+            c.checks[0].verdict = Verdict::Warn;
+        }
+        assert_eq!(s.headline(), "pass, 3 warnings in 3 cells");
+        let charts = charts(&s);
+        let comment = pr_comment(&s, &charts);
+        let step = step_summary(&s, &charts);
+        let mut md = vec![];
+        crate::report::markdown::write(&mut md, &s, &charts).unwrap();
+        let md = String::from_utf8(md).unwrap();
+        for (what, text) in [
+            ("comment", &comment),
+            ("step summary", &step),
+            ("report.md", &md),
+        ] {
+            let top = text.lines().find(|l| l.contains("soak: wide")).unwrap();
+            assert!(
+                top.contains("⚠️ pass, 3 warnings in 3 cells"),
+                "{what}: {top}"
+            );
+            assert!(!top.contains("✅"), "{what}: {top}");
+        }
+        let junit = crate::report::junit::write(&s);
+        assert!(
+            junit.contains("soak: wide (pass, 3 warnings in 3 cells)"),
+            "{junit}"
+        );
+        let mut counted = s.clone();
+        counted.tally();
+        assert_eq!((counted.warned_cells, counted.warned_checks), (3, 3));
+        // A clean pass stays a plain pass.
+        for c in &mut s.cells {
+            c.verdict = Verdict::Pass;
+            c.checks[0].verdict = Verdict::Pass;
+        }
+        assert_eq!(s.headline(), "pass");
     }
 
     #[test]

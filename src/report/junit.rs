@@ -51,8 +51,9 @@ pub fn write(s: &Summary) -> String {
     let mut x = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let _ = writeln!(
         x,
-        "<testsuites name=\"soak: {}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" time=\"{:.3}\">",
+        "<testsuites name=\"soak: {} ({})\" tests=\"{}\" failures=\"{}\" errors=\"{}\" time=\"{:.3}\">",
         esc(&s.suite),
+        esc(&s.headline()),
         s.cells.iter().map(cases).sum::<usize>(),
         s.cells.iter().map(failed).sum::<usize>(),
         s.cells.iter().map(errored).sum::<usize>(),

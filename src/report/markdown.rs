@@ -15,6 +15,16 @@ pub(crate) fn badge(v: Verdict) -> &'static str {
     }
 }
 
+/// The run's top line: its verdict, and its warnings when it passed with
+/// some (`⚠️ pass, 3 warnings in 3 cells`), never a bare green pass.
+pub(crate) fn run_badge(s: &Summary) -> String {
+    if s.warned() {
+        format!("⚠️ {}", s.headline())
+    } else {
+        badge(s.verdict).to_string()
+    }
+}
+
 pub(crate) fn mib_per_h(v: Option<f64>) -> String {
     match v {
         Some(v) => format!("{:+.1} MiB/h", v / (1024.0 * 1024.0)),
@@ -44,7 +54,7 @@ pub(crate) fn value_text(v: &serde_json::Value, unit: &str) -> String {
 }
 
 pub fn write(w: &mut impl Write, s: &Summary, charts: &super::charts::Charts) -> io::Result<()> {
-    writeln!(w, "# soak: {} — {}\n", s.suite, badge(s.verdict))?;
+    writeln!(w, "# soak: {} — {}\n", s.suite, run_badge(s))?;
     if !s.description.trim().is_empty() {
         for line in s.description.trim().lines() {
             writeln!(w, "> {line}")?;

@@ -19,7 +19,9 @@ pub use crate::units::human_duration;
 /// Writes `summary.json`, `report.md`, `pr-comment.md` and `junit.xml`
 /// into `dir`, replacing them.
 pub fn write_all(dir: &Path, summary: &Summary, charts: &charts::Charts) -> std::io::Result<()> {
-    let json = serde_json::to_string_pretty(summary).map_err(std::io::Error::other)?;
+    let mut counted = summary.clone();
+    counted.tally();
+    let json = serde_json::to_string_pretty(&counted).map_err(std::io::Error::other)?;
     std::fs::write(dir.join("summary.json"), json + "\n")?;
     write_rendered(dir, summary, charts)
 }
