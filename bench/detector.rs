@@ -57,7 +57,33 @@ struct Class {
     warm: bool,
     /// The series' length in seconds.
     seconds: usize,
+    /// The leak (or, without `leak`, the growth that stops after the
+    /// first third) taken in chunks rather than smoothly.
+    stairs: Option<Stairs>,
+    /// The noise: `Normal` (AR(1), sd 0.5% or 2% with `heavy`), `Quiet`
+    /// (sd 64 KiB) or `None`.
+    noise: Noise,
+    /// RSS rounded to 4 KiB pages.
+    paged: bool,
 }
+
+/// How a staircase's chunks come.
+#[derive(Clone, Copy, PartialEq)]
+enum Stairs {
+    /// 1-4 MiB at a time, at random intervals (an allocator's arenas).
+    Steps,
+    /// Chunks that double, from 64 KiB (a hash table, an arena list).
+    Doubling,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Noise {
+    Normal,
+    Quiet,
+    None,
+}
+
+const PAGE: f64 = 4096.0;
 
 fn gauss(rng: &mut impl Rng) -> f64 {
     // Box-Muller.
@@ -102,15 +128,51 @@ fn series(c: Class, rng: &mut impl Rng) -> Drawn {
     } else {
         0.0
     };
-    let sd = if c.heavy { 0.02 } else { 0.005 } * LIMIT;
+    let sd = match c.noise {
+        Noise::Normal if c.heavy => 0.02 * LIMIT,
+        Noise::Normal => 0.005 * LIMIT,
+        Noise::Quiet => 65536.0,
+        Noise::None => 0.0,
+    };
     let innovation_sd = (1.0f64 - PHI * PHI).sqrt() * sd;
+    // A staircase's chunks, drawn up front: (time, size).
+    let chunks: Vec<(f64, f64)> = match c.stairs {
+        None => vec![],
+        Some(kind) => {
+            // Without a leak the growth stops after the first third.
+            let until = if c.leak {
+                c.seconds as f64
+            } else {
+                c.seconds as f64 / 3.0
+            };
+            let mut out = vec![];
+            let (mut t, mut size) = (0.0, 65536.0);
+            loop {
+                let chunk = match kind {
+                    Stairs::Steps => rng.random_range(1.0..4.0) * 1048576.0,
+                    Stairs::Doubling => {
+                        size *= 2.0;
+                        size
+                    }
+                };
+                // The leak's rate on average: the chunk comes when the
+                // smooth leak would have reached it, give or take half.
+                t += chunk / LEAK_PER_H * 3600.0 * rng.random_range(0.5..1.5);
+                if t >= until {
+                    break;
+                }
+                out.push((t, chunk));
+            }
+            out
+        }
+    };
     let mut ar = 0.0;
     let (mut pts, mut known) = (vec![], vec![]);
     for i in 0..c.seconds {
         let t = i as f64;
         ar = PHI * ar + innovation_sd * gauss(rng);
         let mut shape = 0.0;
-        if rng.random_bool(0.01) {
+        if c.noise == Noise::Normal && rng.random_bool(0.01) {
             shape += 0.05 * LIMIT;
         }
         if c.saw.is_some() {
@@ -127,8 +189,17 @@ fn series(c: Class, rng: &mut impl Rng) -> Drawn {
                 step
             };
         }
-        if c.leak {
+        if c.stairs.is_some() {
+            v += chunks
+                .iter()
+                .filter(|(at, _)| *at <= t)
+                .map(|(_, size)| size)
+                .sum::<f64>();
+        } else if c.leak {
             v += LEAK_PER_H * t / 3600.0;
+        }
+        if c.paged {
+            v = (v / PAGE).round() * PAGE;
         }
         pts.push((t, v));
         known.push(shape);
@@ -139,7 +210,9 @@ fn series(c: Class, rng: &mut impl Rng) -> Drawn {
         step_at: c
             .step
             .then(|| (step_at.ceil() as usize, (step_at + width).ceil() as usize)),
-        innovation_sd,
+        // A noiseless series is known to the page: its rounding is the
+        // oracle's noise.
+        innovation_sd: innovation_sd.max(if c.paged { PAGE / 12f64.sqrt() } else { 0.0 }),
         warm: c.warm,
     }
 }
@@ -323,6 +396,19 @@ fn main() {
         heavy,
         warm,
         seconds: SECONDS,
+        stairs: None,
+        noise: Noise::Normal,
+        paged: false,
+    };
+    // RSS that moves in chunks and pages (issue 44): a staircase of 1-4
+    // MiB steps, quiet or noisy; a quiet leak rounded to pages; chunks
+    // that double; and their leak-free twins, which climb for a third of
+    // the window and stop.
+    let stairs = |name, leak, stairs, noise| Class {
+        stairs,
+        noise,
+        paged: true,
+        ..class(name, leak, None, false, false, false)
     };
     let classes = [
         class("leak", true, None, false, false, false),
@@ -370,6 +456,39 @@ fn main() {
             ramp: true,
             ..class("leak + ramped step", true, None, true, false, false)
         },
+        stairs("staircase leak", true, Some(Stairs::Steps), Noise::None),
+        stairs(
+            "staircase leak + noise",
+            true,
+            Some(Stairs::Steps),
+            Noise::Normal,
+        ),
+        stairs("quiet leak in pages", true, None, Noise::Quiet),
+        stairs(
+            "doubling chunks leak",
+            true,
+            Some(Stairs::Doubling),
+            Noise::None,
+        ),
+        stairs(
+            "staircase that stops",
+            false,
+            Some(Stairs::Steps),
+            Noise::None,
+        ),
+        stairs(
+            "staircase that stops + noise",
+            false,
+            Some(Stairs::Steps),
+            Noise::Normal,
+        ),
+        stairs("quiet noise in pages", false, None, Noise::Quiet),
+        stairs(
+            "doubling chunks that stop",
+            false,
+            Some(Stairs::Doubling),
+            Noise::None,
+        ),
     ];
     println!("Leak 2% of the limit per hour, threshold 1%/h, 30 min at 1 Hz, {trials} series per class.\n");
     table(&classes, trials, &only, 20261202);

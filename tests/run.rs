@@ -1974,3 +1974,25 @@ fn a_failing_run_writes_the_job_summary_annotations_and_a_pr_comment() {
     let text = std::fs::read_to_string(&step).unwrap();
     assert_eq!(text.matches("### soak: forgetful").count(), 2, "{text}");
 }
+
+/// Issue 44: nodes whose RSS climbs in chunks at twice the allowed rate
+/// never pass (the 4 MiB ones, with one to three steps in the run, passed
+/// before with "0.0 MiB/h, 95% CI [+0.0, +0.0], p = 2e-3"), and their
+/// twins that climb and stop never fail.
+#[test]
+fn a_staircase_leak_never_passes_and_a_staircase_that_stops_never_fails() {
+    let run = soak_run("tests/suites/staircase.yaml", &[]);
+    let cells = &run.summary().cells;
+    assert_eq!(cells.len(), 5);
+    for c in cells {
+        let growth = check_of(c, "memory_growth (rss)");
+        if c.id.starts_with("node=leak") {
+            assert_ne!(growth.verdict, Verdict::Pass, "{}: {growth:?}", c.id);
+        } else {
+            assert_ne!(growth.verdict, Verdict::Fail, "{}: {growth:?}", c.id);
+        }
+        // Never a significant trend beside an interval that says none.
+        let d = growth.detail.as_deref().unwrap_or_default();
+        assert!(!d.contains("[+0.0, +0.0]"), "{}: {d}", c.id);
+    }
+}

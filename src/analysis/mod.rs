@@ -87,8 +87,9 @@ pub fn analyse(
         peak: samples.iter().map(value).max().unwrap_or(0),
         steady,
         slope_per_hour: slope,
-        slope_low_per_hour: t.map(|t| t.low * 3600.0),
-        slope_high_per_hour: t.map(|t| t.high * 3600.0),
+        // Unbounded (a series of too few levels): none.
+        slope_low_per_hour: t.map(|t| t.low * 3600.0).filter(|v| v.is_finite()),
+        slope_high_per_hour: t.map(|t| t.high * 3600.0).filter(|v| v.is_finite()),
         p_growth: t.map(|t| t.p_up),
         hours_to_limit,
     }

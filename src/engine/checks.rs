@@ -564,7 +564,15 @@ fn growth(g: &GrowthCheck, m: &MemorySummary) -> CheckResult {
     // Neither found nor ruled out: the interval reaches over the max.
     // On the detector bench's leaking series, a miss that was not this
     // was at most 0.2% in every class (README).
-    let unsure = !growing && !ruled_out(a.slope_high_per_hour, g);
+    //
+    // Nor a pass where the two disagree: the rank test found a rise
+    // while the slope's interval says there is none (`high <= 0`).
+    // Theil-Sen with its pairs tied on a staircase's levels did that;
+    // the levels' slope now stands in for it (`trend::ranked`), and any
+    // disagreement left warns as inconclusive, never passes.
+    let disagree = a.p_growth.is_some_and(|p| p < GROWTH_ALPHA)
+        && a.slope_high_per_hour.is_some_and(|h| h <= 0.0);
+    let unsure = !growing && (disagree || !ruled_out(a.slope_high_per_hour, g));
     let mib = |v: Option<f64>| {
         v.map(|v| format!("{:+.1}", v / 1048576.0))
             .unwrap_or_else(|| "n/a".into())
@@ -589,11 +597,15 @@ fn growth(g: &GrowthCheck, m: &MemorySummary) -> CheckResult {
             a.hours_to_limit
                 .map(|h| format!(", the limit reached in {}", crate::units::hours(h)))
                 .unwrap_or_default(),
-            match (unsure, a.slope_high_per_hour) {
-                (false, _) => "",
-                (true, Some(_)) =>
+            match (unsure, a.slope_high_per_hour, a.slope_per_hour) {
+                (false, _, _) => "",
+                (true, Some(_), _) if disagree =>
+                    "; the rank test found a rise the slope's interval does not: inconclusive",
+                (true, Some(_), _) =>
                     "; growth over the max not ruled out (a longer run narrows the interval)",
-                (true, None) => "; nothing judged: too few samples after each start's `warmup`",
+                (true, None, Some(_)) =>
+                    "; growth over the max not ruled out: the series moves in steps, too few of them to bound its slope (a longer run sees more)",
+                (true, None, None) => "; nothing judged: too few samples after each start's `warmup`",
             }
         )),
     }

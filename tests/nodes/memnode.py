@@ -18,6 +18,13 @@ FLUSHALL). Its memory does what it is told:
     memnode.py --port P --noise BYTES
         holds a random amount more, redrawn every 0.1 s: an AR(1) series
         (phi 0.9) whose standard deviation is BYTES, seeded by --seed.
+    memnode.py --port P --leak BYTES_PER_S --chunk BYTES
+        takes the leak BYTES at a time, each chunk when the smooth leak
+        would have reached it, give or take half (seeded): a staircase,
+        as allocators grow arenas and caches in chunks;
+    memnode.py ... --leak-for S
+        stops the leak after S seconds (a staircase that stops: a cache
+        filled in chunks).
 These add up: the node holds their sum at every moment (to 64 KiB), so
 `--leak 20000 --sawtooth 4000000 --period 10` is a leak under a sawtooth.
 
@@ -58,7 +65,13 @@ CHUNK = 64 * 1024
 
 def target(args, t, noise):
     """The bytes the node holds t seconds after it started."""
-    want = args.leak * t + noise
+    leak_t = min(t, args.leak_for) if args.leak_for else t
+    if args.chunk:
+        # The leak in chunks, each when the smooth leak would have reached
+        # it, give or take half (an allocator growing its arenas).
+        want = args.chunk * sum(1 for at in chunk_times(args) if at <= leak_t) + noise
+    else:
+        want = args.leak * leak_t + noise
     if args.sawtooth:
         want += args.sawtooth * (t % args.period)
     if args.step and t >= args.step_at:
@@ -66,6 +79,20 @@ def target(args, t, noise):
     if args.warmup:
         want += args.warmup * (1 - math.exp(-t / args.tau))
     return max(0, int(want))
+
+
+_chunks = []
+
+
+def chunk_times(args):
+    """When each chunk of the leak comes (seeded), up to the hour."""
+    if not _chunks and args.leak:
+        rng = random.Random(args.seed + 7)
+        at = 0.0
+        while at < 3600:
+            at += args.chunk / args.leak * rng.uniform(0.5, 1.5)
+            _chunks.append(at)
+    return _chunks
 
 
 def memory(args):
@@ -265,6 +292,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--leak", type=int, default=0)
+    p.add_argument("--chunk", type=int, default=0)
+    p.add_argument("--leak-for", type=float, default=0.0)
     p.add_argument("--sawtooth", type=int, default=0)
     p.add_argument("--period", type=float, default=1.0)
     p.add_argument("--step", type=int, default=0)
