@@ -244,7 +244,8 @@ pub fn planned(phases: &[Phase]) -> Duration {
     phases
         .iter()
         .map(|p| match p {
-            Phase::Run(d) | Phase::Wait(d) | Phase::Pause(d) => *d,
+            Phase::Run(r) => r.most(),
+            Phase::Wait(d) | Phase::Pause(d) => *d,
             Phase::Chaos(c) => c.during,
             Phase::Repeat { times, phases } => {
                 planned(phases) * (*times).min(u32::MAX as u64) as u32

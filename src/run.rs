@@ -647,6 +647,36 @@ async fn run_cell(
     Ok(assemble(plan, outcome.err(), &mut bus, measured))
 }
 
+/// What a node that stopped answering a read-back shows: the error, and
+/// what its cgroup said (at its limit how often, its memory pressure): a
+/// node that stalls at its limit while the kernel reclaims its page cache
+/// instead of killing it is alive, and answers nothing.
+fn unresponsive(e: &crate::verify::VerifyError, cg: Option<&CgroupSummary>) -> String {
+    let mut out = format!("the node stopped answering while alive: {e}");
+    if let Some(c) = cg {
+        out.push_str(&format!(
+            "; its cgroup: at its memory limit {} times",
+            c.events_max
+        ));
+        if c.events_high > 0 {
+            out.push_str(&format!(", over memory.high {} times", c.events_high));
+        }
+        if let Some(p) = c.pressure_full_avg10_max {
+            out.push_str(&format!(
+                ", memory pressure (all tasks stalled) up to {p:.0}% of 10 s"
+            ));
+        } else if let Some(p) = c.pressure_some_avg10_max {
+            out.push_str(&format!(
+                ", memory pressure (some tasks stalled) up to {p:.0}% of 10 s"
+            ));
+        }
+        if let Some(peak) = c.peak_bytes {
+            out.push_str(&format!(", peak {}", crate::units::Bytes(peak)));
+        }
+    }
+    out
+}
+
 /// Gives the node's data directory to the user it runs as, after making
 /// sure that user can reach it (a folder above it that only its owner may
 /// enter, as `tempfile` makes them, would stop the node with a bare
@@ -849,10 +879,14 @@ fn assemble(
     m: CellMeasures,
 ) -> CellResult {
     let memory = memory_summary(plan, &m);
-    // A node that did not start again is the cell's finding, not an error.
-    let (error, unrecovered) = match error {
-        Some(e @ CellError::NotRecovered { .. }) => (None, Some(e.to_string())),
-        e => (e, None),
+    // A node that did not start again, or that stopped answering once it
+    // had served, is the cell's finding, not the environment's error.
+    let (error, unrecovered, unresponsive) = match error {
+        Some(e @ CellError::NotRecovered { .. }) => (None, Some(e.to_string()), None),
+        Some(CellError::Verify(e)) if !e.fatal => {
+            (None, None, Some(unresponsive(&e, m.cgroup.as_ref())))
+        }
+        e => (e, None, None),
     };
     // The records are complete: the cell's events are over but its verdict.
     let rec: Recorder = std::mem::take(&mut bus.recorder);
@@ -888,6 +922,7 @@ fn assemble(
             memory_limit: plan.limits.memory,
             unsynced_tail_allowed: plan.unsynced_tail_allowed,
             unrecovered,
+            unresponsive,
         },
     );
     let verdict = checks::cell_verdict(error.is_some(), &checks);

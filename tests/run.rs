@@ -1996,3 +1996,19 @@ fn a_staircase_leak_never_passes_and_a_staircase_that_stops_never_fails() {
         assert!(!d.contains("[+0.0, +0.0]"), "{}: {d}", c.id);
     }
 }
+
+/// Issue 44: a node that stops answering its read-back while alive (as
+/// one stalled at its memory limit does, the kernel reclaiming instead of
+/// killing) is a finding of its cell, never exit 3 once it has served.
+#[test]
+fn a_node_that_stops_answering_while_alive_fails_its_cell_not_the_run() {
+    let run = soak_run("tests/suites/unresponsive.yaml", &[]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let c = run.cell();
+    assert!(c.error.is_none(), "{:?}", c.error);
+    let k = check_of(c, "unresponsive");
+    assert_eq!(k.verdict, Verdict::Fail);
+    let d = k.detail.as_deref().unwrap();
+    assert!(d.contains("stopped answering while alive"), "{d}");
+    assert!(d.contains("at its memory limit"), "{d}");
+}

@@ -45,6 +45,8 @@ pub struct Measured<'a> {
     pub unsynced_tail_allowed: bool,
     /// Why the node did not start again after going down, if it did not.
     pub unrecovered: Option<String>,
+    /// Why a read-back of the live node did not finish, if one did not.
+    pub unresponsive: Option<String>,
 }
 
 /// Every check of the suite against what the cell measured.
@@ -96,6 +98,18 @@ pub fn evaluate(c: &Checks, m: &Measured) -> Vec<CheckResult> {
                 r
             }),
             None => count("unrecovered", c.unrecovered, 0),
+        },
+        match &m.unresponsive {
+            Some(why) => count(
+                "unresponsive",
+                Some(c.unresponsive.unwrap_or(CountCheck::at_most(0))),
+                1,
+            )
+            .map(|mut r| {
+                r.detail = Some(why.clone());
+                r
+            }),
+            None => count("unresponsive", c.unresponsive, 0),
         },
         count("crashes", c.crashes, crashes as u64),
     ]
@@ -870,6 +884,7 @@ mod tests {
             memory_limit: None,
             unsynced_tail_allowed: false,
             unrecovered: None,
+            unresponsive: None,
         }
     }
 

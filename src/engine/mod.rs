@@ -1033,12 +1033,35 @@ impl<'a, N: Node> Cell<'a, N> {
         self.phase_counter += 1;
         match phase {
             Phase::Load => self.fill().await,
-            Phase::Run(d) => {
+            Phase::Run(crate::suite::phase::RunFor::Time(d)) => {
                 if let Some(l) = self.load.as_deref_mut() {
                     l.resume();
                 }
                 self.hold(d.mul_f64(scale)).await?;
                 Ok("load applied".into())
+            }
+            Phase::Run(crate::suite::phase::RunFor::Ops { ops, max }) => {
+                let want = ((*ops as f64 * scale).ceil() as u64).max(1);
+                let Some(l) = self.load.as_deref_mut() else {
+                    return Err(CellError::Setup("`run: { ops }` needs a workload".into()));
+                };
+                l.resume();
+                let from = l.stats().ops_ok();
+                let end = Instant::now() + max.mul_f64(scale);
+                loop {
+                    let done = self.load.as_deref().map_or(0, |l| l.stats().ops_ok()) - from;
+                    if done >= want {
+                        return Ok(format!("{done} operations acknowledged"));
+                    }
+                    let left = end.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Ok(format!(
+                            "ran out of time: {done} of {want} operations acknowledged in {}",
+                            human_duration(max.mul_f64(scale))
+                        ));
+                    }
+                    self.hold(left.min(Duration::from_millis(100))).await?;
+                }
             }
             Phase::Wait(d) => {
                 self.pause_load().await;

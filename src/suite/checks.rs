@@ -328,6 +328,10 @@ pub struct Checks {
     /// directory it will not start from after a power cut): the cell ends
     /// there. Without it, one such restart fails the cell; `1` expects it.
     pub unrecovered: Option<CountCheck>,
+    /// Read-backs the node, alive, did not answer (a node stalled at its
+    /// memory limit while the kernel reclaims instead of killing): the
+    /// cell ends there. Without it, one such fails the cell; `1` expects it.
+    pub unresponsive: Option<CountCheck>,
     /// Deaths that were neither soak's doing nor the OOM killer's.
     pub crashes: Option<CountCheck>,
     /// One check, or a list: `[{ max: 20MiB/h }, { max: 50MiB/h, window: 1h }]`.
@@ -452,6 +456,7 @@ impl Checks {
             aborted_reads: over.aborted_reads.or(self.aborted_reads),
             oom_kills: over.oom_kills.or(self.oom_kills),
             unrecovered: over.unrecovered.or(self.unrecovered),
+            unresponsive: over.unresponsive.or(self.unresponsive),
             crashes: over.crashes.or(self.crashes),
             memory_growth: either(&over.memory_growth, &self.memory_growth),
             peak_memory: either(&over.peak_memory, &self.peak_memory),
@@ -489,6 +494,7 @@ impl Checks {
             ("aborted_reads", self.aborted_reads.is_some()),
             ("oom_kills", self.oom_kills.is_some()),
             ("unrecovered", self.unrecovered.is_some()),
+            ("unresponsive", self.unresponsive.is_some()),
             ("crashes", self.crashes.is_some()),
             ("memory_growth", !self.memory_growth.is_empty()),
             ("peak_memory", !self.peak_memory.is_empty()),
@@ -557,8 +563,13 @@ impl Checks {
         for (i, g) in self.memory_growth.iter().enumerate() {
             let n = self.memory_growth.len();
             if g.max.0.is_infinite() && g.min.is_none() {
+                let path = if n > 1 {
+                    format!("checks.memory_growth[{i}]")
+                } else {
+                    "checks.memory_growth".into()
+                };
                 out.push((
-                    at("memory_growth", n, i, "max"),
+                    path,
                     "give `max` (the most growth allowed, e.g. 20MiB/h), or `min` (the least a reproduction must show)".into(),
                 ));
             }

@@ -41,8 +41,9 @@ pub const PHASES: [&str; 20] = [
 pub enum Phase {
     /// Write every key of the workload once, as fast as the node takes it.
     Load,
-    /// Drive the workload for this long.
-    Run(#[serde(serialize_with = "secs")] Duration),
+    /// Drive the workload for this long, or until it has had this many
+    /// operations acknowledged.
+    Run(RunFor),
     /// Send a signal to the node's process group and wait for it to die.
     Kill(Sig),
     /// Start the node again and wait until it is ready.
@@ -200,6 +201,88 @@ impl<'de> Deserialize<'de> for NetworkSpec {
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
+}
+
+/// How long a `run` lasts: `run: 3m`, or `run: { ops: 1_000_000, max: 10m }`:
+/// until the load has had this many operations acknowledged (SETs, GETs,
+/// DELs, MGETs), at most `max` (default 1h). A reproduction bounded by
+/// work, not time, does the same work on a busy machine as on a quiet
+/// one. `--duration-scale` scales both.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RunFor {
+    Time(Duration),
+    Ops { ops: u64, max: Duration },
+}
+
+impl RunFor {
+    /// The longest it may last.
+    pub fn most(&self) -> Duration {
+        match *self {
+            RunFor::Time(d) | RunFor::Ops { max: d, .. } => d,
+        }
+    }
+}
+
+impl Serialize for RunFor {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match *self {
+            RunFor::Time(d) => s.serialize_f64(d.as_secs_f64()),
+            RunFor::Ops { ops, max } => {
+                let mut m = s.serialize_map(Some(2))?;
+                m.serialize_entry("ops", &ops)?;
+                m.serialize_entry("max", &max.as_secs_f64())?;
+                m.end()
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RunFor {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Ops {
+            ops: Count,
+            #[serde(default = "an_hour")]
+            max: Dur,
+        }
+        fn an_hour() -> Dur {
+            Dur(Duration::from_secs(3600))
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RunFor;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a duration such as 30s, or { ops: 1000000, max: 10m }")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RunFor, E> {
+                crate::units::parse_duration(v)
+                    .map(RunFor::Time)
+                    .map_err(|e| E::custom(e.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RunFor, E> {
+                self.visit_str(&v.to_string())
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RunFor, E> {
+                self.visit_str(&v.to_string())
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<RunFor, E> {
+                self.visit_str(&v.to_string())
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RunFor, A::Error> {
+                let o = Ops::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                if o.ops.0 == 0 {
+                    return Err(de::Error::custom("`ops` must be at least 1"));
+                }
+                Ok(RunFor::Ops {
+                    ops: o.ops.0,
+                    max: o.max.0,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// `exec: [argv...]` or `exec: { command: [...], timeout: 60s, expect: 0 }`.
@@ -619,7 +702,7 @@ impl<'de> Deserialize<'de> for Phase {
                     ));
                 };
                 let phase = match key.as_str() {
-                    "run" => Phase::Run(map.next_value::<Dur>()?.0),
+                    "run" => Phase::Run(map.next_value::<RunFor>()?),
                     "pause" => Phase::Pause(map.next_value::<Dur>()?.0),
                     "wait" => Phase::Wait(map.next_value::<Dur>()?.0),
                     "kill" => Phase::Kill(map.next_value::<Sig>()?),
@@ -718,8 +801,11 @@ impl fmt::Display for Phase {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         let d = |d: &Duration| crate::units::human_duration(*d);
         match self {
-            Phase::Run(x) | Phase::Pause(x) | Phase::Wait(x) => {
+            Phase::Run(RunFor::Time(x)) | Phase::Pause(x) | Phase::Wait(x) => {
                 write!(f, "{} {}", self.word(), d(x))
+            }
+            Phase::Run(RunFor::Ops { ops, .. }) => {
+                write!(f, "run {ops} ops")
             }
             Phase::Kill(s) => write!(f, "kill {s}"),
             Phase::Exec(e) => write!(f, "exec {}", e.command.join(" ")),

@@ -187,7 +187,10 @@ manual!(Phase, "Phase", |g| {
             { "enum": ["load", "start", "stop", "restart", "verify", "kill", "power_cut", "disk_full"] },
             { "type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": false,
               "properties": {
-                "run": dur, "pause": dur, "wait": dur, "kill": sig, "limit": size,
+                "run": { "description": "a duration (30s), or until the load has had this many operations acknowledged: { ops: 1000000, max: 10m }",
+                        "anyOf": [dur, { "type": "object", "additionalProperties": false, "required": ["ops"],
+                                         "properties": { "ops": count, "max": dur } }] },
+                "pause": dur, "wait": dur, "kill": sig, "limit": size,
                 "load": { "const": "all" },
                 "verify": { "enum": ["acknowledged-writes", "online", "offline"] },
                 "upgrade": { "type": "string", "description": "a name under `versions:`" },

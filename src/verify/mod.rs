@@ -32,6 +32,9 @@ const MAX_CLIENT_RESTARTS: usize = 20;
 pub struct VerifyError {
     pub target: String,
     pub reason: String,
+    /// The protocol cannot go on (an adapter that does not speak it): not
+    /// the node's doing.
+    pub fatal: bool,
 }
 
 /// A run of keys one request asks for: `keys[start..start + len]`.
@@ -51,7 +54,7 @@ struct Work {
     /// a failed multi-key read, one a request, to find which key fails.
     again: Vec<Batch>,
     /// The first failure that ends the read-back.
-    failed: Option<String>,
+    failed: Option<SessionError>,
     /// Client adapters that exited during it.
     client_restarts: usize,
 }
@@ -76,6 +79,7 @@ pub async fn online(
     let fail = |reason: String| VerifyError {
         target: target.clone(),
         reason,
+        fatal: false,
     };
     let keys = Judge::keys(ledger);
     let per_batch = protocol.batch().max(1);
@@ -128,10 +132,7 @@ pub async fn online(
                 {
                     Ok(s) => session.insert(s),
                     Err(e) => {
-                        work.lock()
-                            .expect("work")
-                            .failed
-                            .get_or_insert(e.to_string());
+                        work.lock().expect("work").failed.get_or_insert(e);
                         return;
                     }
                 },
@@ -220,9 +221,9 @@ pub async fn online(
                     let mut w = work.lock().expect("work");
                     w.client_restarts += 1;
                     if w.client_restarts > MAX_CLIENT_RESTARTS {
-                        w.failed.get_or_insert(format!(
+                        w.failed.get_or_insert(SessionError::Fatal(format!(
                             "{why}; {MAX_CLIENT_RESTARTS} adapters exited during one read-back"
-                        ));
+                        )));
                         return;
                     }
                     let lost: Vec<Batch> = in_flight.drain().map(|(_, b)| b).collect();
@@ -232,18 +233,19 @@ pub async fn online(
                 // have died under it, which the caller finds out (and
                 // restarts it, and reads back again from the start).
                 Err(e) => {
-                    work.lock()
-                        .expect("work")
-                        .failed
-                        .get_or_insert(e.to_string());
+                    work.lock().expect("work").failed.get_or_insert(e);
                     return;
                 }
             }
         }
     };
     futures::future::join_all((0..sessions).map(one)).await;
-    if let Some(why) = work.into_inner().expect("work").failed {
-        return Err(fail(why));
+    if let Some(e) = work.into_inner().expect("work").failed {
+        let fatal = matches!(e, SessionError::Fatal(_));
+        return Err(VerifyError {
+            fatal,
+            ..fail(e.to_string())
+        });
     }
     let (judge, mut progress, _) = judge.into_inner().expect("judge");
     progress(all, all);

@@ -22,6 +22,9 @@ FLUSHALL). Its memory does what it is told:
         takes the leak BYTES at a time, each chunk when the smooth leak
         would have reached it, give or take half (seeded): a staircase,
         as allocators grow arenas and caches in chunks;
+    memnode.py ... --hang-after S
+        after S seconds answers nothing but PING, alive: a node stalled at
+        its memory limit (its reads waiting on reclaim);
     memnode.py ... --leak-for S
         stops the leak after S seconds (a staircase that stops: a cache
         filled in chunks).
@@ -244,6 +247,10 @@ class Split:
         self.pick(key).delete(key)
 
 
+STARTED = time.monotonic()
+HANG_AFTER = [0.0]
+
+
 def serve(conn, db, lock, journal):
     f = conn.makefile("rb")
     try:
@@ -254,6 +261,10 @@ def serve(conn, db, lock, journal):
             if not cmd:
                 continue
             name = cmd[0].upper()
+            if HANG_AFTER[0] and time.monotonic() - STARTED > HANG_AFTER[0] and name != b"PING":
+                # Alive, and answering nothing but PING: a node stalled
+                # at its memory limit, its reads waiting on reclaim.
+                time.sleep(3600)
             with lock:
                 if name == b"PING":
                     out = b"+PONG\r\n"
@@ -305,7 +316,9 @@ def main():
     p.add_argument("--lose-tail", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fsync", choices=["never", "always", "split"], default="never")
+    p.add_argument("--hang-after", type=float, default=0.0)
     args = p.parse_args()
+    HANG_AFTER[0] = args.hang_after
     db, lock = {}, threading.Lock()
     if args.fsync == "split" and args.journal:
         journal = Split(args.journal)
