@@ -17,6 +17,7 @@ import json
 import sys
 
 import psycopg2
+import psycopg2.errors
 
 UNKNOWN_CLASSES = ("08", "57", "58", "XX")
 
@@ -34,9 +35,13 @@ class Db:
         if self.conn is None or self.conn.closed:
             self.conn = psycopg2.connect(**self.args)
             self.conn.autocommit = True
-            with self.conn.cursor() as c:
-                c.execute(f"CREATE TABLE IF NOT EXISTS {self.table} "
-                          "(k text PRIMARY KEY, v bytea NOT NULL)")
+            try:
+                with self.conn.cursor() as c:
+                    c.execute(f"CREATE TABLE IF NOT EXISTS {self.table} "
+                              "(k text PRIMARY KEY, v bytea NOT NULL)")
+            except (psycopg2.errors.UniqueViolation,
+                    psycopg2.errors.DuplicateTable):
+                pass  # another connection created it at the same moment
         return self.conn.cursor()
 
     def do(self, req):
