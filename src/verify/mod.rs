@@ -84,10 +84,13 @@ pub async fn online(
     let keys = Judge::keys(ledger);
     let per_batch = protocol.batch().max(1);
     let batches = keys.len().div_ceil(per_batch);
-    // One session pipelines batches; one key a request needs several
-    // sessions to be read back in reasonable time.
+    // A pipelining session keeps one of the node's threads busy: one a
+    // core serves a node that reads on several (soak-node, redis-server's
+    // I/O threads, etcd); one key a request needs more sessions still to
+    // be read back in reasonable time.
     let depth = protocol.depth().clamp(1, PIPELINE);
-    let sessions = if depth >= PIPELINE { 1 } else { 16 / depth }.clamp(1, batches.max(1));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let sessions = if depth >= PIPELINE { cores.min(4) } else { 16 / depth }.clamp(1, batches.max(1));
     let timeout = timeout.max(Duration::from_secs(10));
     let judge = Mutex::new((Judge::new(ledger, tails), progress, Instant::now()));
     let work = Mutex::new(Work {
