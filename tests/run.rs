@@ -1131,6 +1131,24 @@ fn kill_soak_then_verify(suite_file: &str) -> (Output, PathBuf, tempfile::TempDi
 }
 
 #[test]
+fn a_run_over_http_whose_soak_was_killed_is_verified_over_http() {
+    let (out, cell, _dir) = kill_soak_then_verify("tests/suites/cut-short-http.yaml");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = reverified(&cell);
+    assert!(v.started_node, "{v:?}");
+    assert_eq!(v.integrity.lost, 0, "{v:?}");
+    assert_eq!(v.integrity.corrupted, 0, "{v:?}");
+    // Seconds of writes at 500/s (70% writes), read back over HTTP.
+    assert!(v.integrity.verified > 300, "{v:?}");
+}
+
+#[test]
 fn a_run_whose_soak_was_killed_is_verified_from_its_saved_ledger() {
     let (out, cell, _dir) = kill_soak_then_verify("tests/suites/cut-short-soak-node.yaml");
     let text = String::from_utf8_lossy(&out.stdout);
