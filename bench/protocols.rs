@@ -177,8 +177,8 @@ async fn http_vs_wrk(secs: f64) {
     assert_eq!(filled, KEYS as u64, "etcd took every key");
     let mut writes = Engine::new(config(etcd_spec(port), 0.0));
     let key = "c29hazox"; // base64("soak:1")
-    // A valid base64 value of VALUE bytes ("aaa" is "YWFh"): etcd's
-    // gateway answers 400 to anything else, and wrk counts those too.
+                          // A valid base64 value of VALUE bytes ("aaa" is "YWFh"): etcd's
+                          // gateway answers 400 to anything else, and wrk counts those too.
     let value = format!("{}YQ==", "YWFh".repeat(VALUE / 3));
     println!("\n| etcd v3 gateway | wrk ops/s | soak ops/s | soak / wrk |\n|---|---:|---:|---:|");
     for (name, engine, path, body) in [
@@ -351,8 +351,14 @@ async fn postgres_vs_pgbench_and_the_adapter(secs: f64) {
         println!("| {name} | {t:.0} | {o:.0} | {:.2}x |", o / t);
     }
     let mut through_adapter = [
-        Engine::new(config(adapter_spec(pg.port, "kv_adapter_reads", dir.path()), 1.0)),
-        Engine::new(config(adapter_spec(pg.port, "kv_adapter_writes", dir.path()), 0.0)),
+        Engine::new(config(
+            adapter_spec(pg.port, "kv_adapter_reads", dir.path()),
+            1.0,
+        )),
+        Engine::new(config(
+            adapter_spec(pg.port, "kv_adapter_writes", dir.path()),
+            0.0,
+        )),
     ];
     let (filled, _) = through_adapter[0].fill().await;
     assert_eq!(filled, KEYS as u64);

@@ -75,7 +75,9 @@ fn cgroups(lines: &mut Vec<Line>) {
             h.own.display()
         ),
     ));
-    match place::plan(&h, "RUN", std::process::id() as i32) {
+    let claim = std::env::var("SOAK_CLAIM_CGROUP")
+        .is_ok_and(|v| matches!(v.as_str(), "1" | "true" | "yes" | "on"));
+    match place::plan(&h, "RUN", std::process::id() as i32, claim) {
         Ok(plan) => lines.push(line(true, true, "node cgroups", plan.to_string())),
         Err(e) => lines.push(line(false, true, "node cgroups", e.to_string())),
     }

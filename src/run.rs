@@ -73,6 +73,13 @@ pub struct RunOptions {
     /// Only the verdict and the report's path: no event lines, no progress.
     #[arg(long, short)]
     pub quiet: bool,
+    /// In a container whose cgroup holds processes beside soak (a CI
+    /// job's step run with `docker exec`): move them into a leaf `init`
+    /// of the container's cgroup, as docker-in-docker does, so that soak
+    /// may make its nodes' memory cgroups beside it. Honoured only when
+    /// soak's cgroup is the root of a cgroup namespace.
+    #[arg(long, env = "SOAK_CLAIM_CGROUP", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false, num_args = 0, default_missing_value = "true")]
+    pub claim_cgroup: bool,
     /// The Docker engine for container nodes (`unix:///PATH`,
     /// `tcp://HOST:PORT`, with TLS when `DOCKER_TLS_VERIFY` is set,
     /// `ssh://USER@HOST`); default `DOCKER_HOST`, else the local socket.
@@ -221,7 +228,7 @@ pub async fn run(
     // Where the nodes' cgroups go: decided once, before anything is made,
     // and undone when the run ends (see `driver::cgroup::place`). Without
     // a limit, a node runs without a cgroup where soak may make none.
-    let placement = match cgroup::place::place(&run_id) {
+    let placement = match cgroup::place::place(&run_id, opts.claim_cgroup) {
         Ok(p) => Some(p),
         Err(e) if suite.limits.need_cgroup() => {
             return Err(RunError::Environment(format!(

@@ -33,7 +33,7 @@ fn sleeper_in(cg: &Cgroup) -> std::process::Child {
 #[test]
 fn the_real_kernel_limits_counts_and_cleans_up() {
     let run = format!("test{}", std::process::id());
-    let placement = place::place(&run).expect("a memory cgroup controller (run as root)");
+    let placement = place::place(&run, false).expect("a memory cgroup controller (run as root)");
     let name = format!("soak-{run}-0");
     let limits = Limits {
         memory: Some(64 << 20),
@@ -81,7 +81,7 @@ fn v2_is_detected_and_driven_through_its_files() {
     assert_eq!(h.own, root);
 
     // soak at the root of the (fake) hierarchy: node cgroups beneath it.
-    let plan = place::plan(&h, "abc123", std::process::id() as i32).unwrap();
+    let plan = place::plan(&h, "abc123", std::process::id() as i32, false).unwrap();
     assert_eq!(plan.how, How::Root);
     let placement = Placement::apply(plan, &h, std::process::id() as i32).unwrap();
     let cg = placement
@@ -235,7 +235,7 @@ fn beside_another_process_soak_uses_the_nearest_ancestor_that_can_hand_memory_do
         ],
     );
     let h = hierarchy(root, "system.slice/runner.service");
-    let plan = place::plan(&h, "r1", me).unwrap();
+    let plan = place::plan(&h, "r1", me, false).unwrap();
     // system.slice holds a process too; the root can take it.
     assert_eq!(
         plan.how,
@@ -280,7 +280,7 @@ fn alone_in_its_cgroup_soak_moves_into_a_leaf_and_back() {
     let me = std::process::id() as i32;
     fake_tree(root, true, &[("job.scope", &[me])]);
     let h = hierarchy(root, "job.scope");
-    let plan = place::plan(&h, "r2", me).unwrap();
+    let plan = place::plan(&h, "r2", me, false).unwrap();
     let leaf = root.join("job.scope/soak-r2-supervisor");
     assert_eq!(plan.how, How::Own { leaf: leaf.clone() });
     let mut placement = Placement::apply(plan, &h, me).unwrap();
@@ -318,11 +318,45 @@ fn in_a_container_beside_other_processes_the_error_says_what_to_do() {
     fake_tree(root, false, &[]);
     std::fs::write(root.join("cgroup.procs"), format!("1\n{me}\n")).unwrap();
     let h = hierarchy(root, "");
-    let err = place::plan(&h, "r3", me).unwrap_err().to_string();
+    let err = place::plan(&h, "r3", me, false).unwrap_err().to_string();
     assert!(
         err.contains("also holds processes that are not soak's: 1 ("),
         "{err}"
     );
     assert!(err.contains("root of a cgroup namespace"), "{err}");
     assert!(err.contains("soak as the container's command"), "{err}");
+}
+
+/// The same container with `--claim-cgroup`: soak plans to move the init
+/// into a leaf `init` (as docker-in-docker does) and itself into its own;
+/// without the option, the error names it. Outside a container the option
+/// changes nothing, and the error says why.
+#[test]
+fn in_a_container_beside_other_processes_claim_cgroup_is_the_way_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let me = std::process::id() as i32;
+    fake_tree(root, false, &[]);
+    std::fs::write(root.join("cgroup.procs"), format!("1\n{me}\n")).unwrap();
+    let h = hierarchy(root, "");
+    let err = place::plan(&h, "r4", me, false).unwrap_err().to_string();
+    assert!(err.contains("--claim-cgroup"), "{err}");
+    assert!(err.contains("SOAK_CLAIM_CGROUP=1"), "{err}");
+    let plan = place::plan(&h, "r4", me, true).unwrap();
+    assert_eq!(
+        plan.how,
+        How::Claim {
+            leaf: root.join("soak-r4-supervisor"),
+            others: root.join("init"),
+        }
+    );
+    assert!(plan.to_string().contains("--claim-cgroup"), "{plan}");
+
+    // A CI job's service (not a namespace's root): not honoured.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    fake_tree(root, true, &[("runner.service", &[1, me])]);
+    let h = hierarchy(root, "runner.service");
+    let plan = place::plan(&h, "r5", me, true).unwrap();
+    assert!(!matches!(plan.how, How::Claim { .. }), "{plan}");
 }

@@ -222,6 +222,12 @@ say exit c2 $?
 say left c2 "$(soak_cgroups)|$(soak_procs)|$(ls /tmp/c2 2>/dev/null)"
 sed "s|^|SOAKVM log c2 |" /tmp/c2.log
 
+# (c3) The same container with --claim-cgroup (here SOAK_CLAIM_CGROUP=1, as
+# a CI template sets it): its init moves into a leaf `init`, soak's node
+# cgroups go beside it.
+case_run c3 /cases/claim
+say init c3 "$(wc -l < /sys/fs/cgroup/ct3/init/cgroup.procs) memory:$(grep -c memory /sys/fs/cgroup/ct3/cgroup.subtree_control)"
+
 # (d) A user without delegation.
 mkdir /sys/fs/cgroup/user /tmp/d
 chmod 777 /tmp/d
@@ -292,6 +298,7 @@ mkdir -p /img/usr/local/bin /img/bin /img/tmp
 cp /usr/local/bin/soak /img/usr/local/bin/soak
 ln -s soak /img/usr/local/bin/soak-node
 cp /usr/local/lib/soak-image/busybox /img/bin/busybox
+for a in sh sleep dd true; do ln -s busybox /img/bin/$a; done
 for l in $(ldd /usr/local/bin/soak | grep -o '/[^ ]*'); do mkdir -p /img$(dirname $l); cp $l /img$l; done
 tar -C /img -c . | docker import - soak-node:local > /tmp/docker-import.log 2>&1
 say exit docker-import $?
@@ -303,6 +310,32 @@ soak run /suites/vm-container-oom.yaml --out /tmp/do > /tmp/docker-oom.log 2>&1
 say exit docker-oom $?
 say summary docker-oom "$(summary /tmp/do)"
 say left docker-oom "$(docker ps -aq | tr '\n' ' ')|$(soak_procs)"
+# A CI container job (GitHub's `container:`, GitLab's Docker executor): a
+# privileged container with a cgroup namespace of its own, whose init
+# (a sleep) stays in its cgroup while each step is `docker exec`ed beside
+# it. Without the option: exit 3 naming it; with it, the kill suite.
+mkdir -p /tmp/cj
+docker run -d --name cj --privileged --cgroupns=private -v /suites:/suites:ro -v /tmp/cj:/out \
+  soak-node:local busybox sleep 100000 > /tmp/cj-start.log 2>&1
+docker exec cj soak run /suites/vm-kill.yaml --out /out/refused > /tmp/cj-refused.log 2>&1
+say exit cj-refused $?
+say left cj-refused "$(soak_cgroups)|$(soak_procs)|$(ls /tmp/cj/refused 2>/dev/null)"
+docker exec cj soak run /suites/vm-kill.yaml --out /out/exec --claim-cgroup > /tmp/cj-exec.log 2>&1
+say exit cj-exec $?
+say summary cj-exec "$(summary /tmp/cj/exec)"
+say left cj-exec "$(soak_cgroups)|$(soak_procs)"
+say init cj-exec "$(docker exec cj busybox cat /sys/fs/cgroup/init/cgroup.procs | tr '\n' ' ')|$(docker exec cj busybox cat /sys/fs/cgroup/cgroup.subtree_control)"
+# A later step runs as the first did: `docker exec` still works.
+docker exec cj busybox true
+say exit cj-later $?
+docker rm -f cj > /dev/null 2>&1
+# soak as the command of such a container, beside an init of its own.
+docker run --rm --privileged --cgroupns=private -v /suites:/suites:ro -v /tmp/cj:/out soak-node:local \
+  sh -c 'sleep 100000 & exec soak run /suites/vm-oom.yaml --out /out/run --claim-cgroup' > /tmp/cj-run.log 2>&1
+say exit cj-run $?
+say summary cj-run "$(summary /tmp/cj/run)"
+say left cj-run "$(soak_cgroups)|$(soak_procs)"
+for f in /tmp/cj-*.log; do sed "s|^|SOAKVM log cj |" $f; done
 for f in /tmp/docker-*.log; do sed "s|^|SOAKVM log docker |" $f; done
 journalctl -u docker --no-pager 2>&1 | tail -20 | sed "s|^|SOAKVM log docker |"
 kill $holder
@@ -321,7 +354,7 @@ ExecStart=/bin/sh /cases/job
 ";
 
 /// Launchers: each runs its arguments where its case's soak would run.
-const CASES: [(&str, &str); 6] = [
+const CASES: [(&str, &str); 7] = [
     ("root", "exec \"$@\"\n"),
     (
         "service",
@@ -338,6 +371,10 @@ const CASES: [(&str, &str); 6] = [
         "umount /sys/fs/cgroup\nmount -t cgroup2 cgroup2 /sys/fs/cgroup\nexec \"$@\"\n",
     ),
     ("beside-init", "sleep 100000 &\nexec \"$@\"\n"),
+    (
+        "claim",
+        "export SOAK_CLAIM_CGROUP=1 CT=ct3\nexec /bin/sh /cases/container /bin/sh /cases/beside-init \"$@\"\n",
+    ),
     (
         "user",
         "echo $$ > /sys/fs/cgroup/user/cgroup.procs\nexec /usr/bin/setpriv --reuid=1000 --regid=1000 --clear-groups \"$@\"\n",
@@ -825,7 +862,62 @@ fn from_a_cgroup_namespace_as_a_containers_command() {
 /// the namespace and may not move the init: exit 3, nothing left.
 #[test]
 fn in_a_container_beside_its_init_it_exits_3_and_says_why() {
-    vm().refused("c2", &["not soak's", "root of a cgroup namespace"]);
+    vm().refused(
+        "c2",
+        &["not soak's", "--claim-cgroup", "SOAK_CLAIM_CGROUP=1"],
+    );
+}
+
+/// (c3) The same container with `--claim-cgroup`: its init moves into a
+/// leaf `init` and stays there, soak's node cgroups go beside it, the
+/// kill, OOM and cleanup cases pass, and the container's cgroup hands
+/// memory down no more once soak is gone (so that `docker exec` works).
+#[test]
+fn in_a_container_beside_its_init_it_claims_the_cgroup_when_told() {
+    case_passes(vm(), "c3");
+    let s = vm().summary("c3-kill");
+    let placement = &s.cells[0].cgroup.as_ref().unwrap().placement;
+    assert!(placement.contains("--claim-cgroup"), "{placement}");
+    let init = vm().get("init", "c3");
+    let mut parts = init.split_whitespace();
+    let moved: usize = parts.next().unwrap().parse().unwrap();
+    assert!(moved >= 1, "no process in ct3/init: {init}");
+    assert_eq!(parts.next(), Some("memory:0"), "{init}\n{}", vm().log("c3"));
+}
+
+/// A CI container job on the systemd machine's engine: `docker exec` of
+/// soak beside the container's init refuses (exit 3, naming the option)
+/// and passes with `--claim-cgroup`, after which a later step's `docker
+/// exec` still works; soak as a container's command beside an init of its
+/// own counts the kernel's OOM kills. Nothing is left.
+#[test]
+fn in_a_ci_container_job_soak_claims_the_containers_cgroup() {
+    let vm = systemd_vm();
+    let log = vm.log("cj");
+    assert_eq!(vm.exit("cj-refused"), 3, "{log}");
+    for says in ["--claim-cgroup", "not soak's"] {
+        assert!(log.contains(says), "no {says:?} in:\n{log}");
+    }
+    vm.left_nothing("cj-refused");
+    assert_eq!(vm.exit("cj-exec"), 0, "{log}");
+    let c = &vm.summary("cj-exec").cells[0];
+    assert_eq!(c.verdict, Verdict::Pass, "{c:?}");
+    assert!(c.integrity.verified > 0, "{c:?}");
+    let cg = c.cgroup.as_ref().unwrap();
+    assert!(cg.placement.contains("--claim-cgroup"), "{cg:?}");
+    assert_eq!(cg.version, "v2", "{cg:?}");
+    vm.left_nothing("cj-exec");
+    let init = vm.get("init", "cj-exec");
+    let (moved, control) = init.split_once('|').unwrap();
+    // The container's init (pid 1 in its namespace) was moved, and
+    // memory was taken off the container's cgroup when soak ended.
+    assert!(moved.split_whitespace().any(|p| p == "1"), "{init}");
+    assert!(!control.contains("memory"), "{init}");
+    assert_eq!(vm.exit("cj-later"), 0, "{log}");
+    assert_eq!(vm.exit("cj-run"), 0, "{log}");
+    let c = &vm.summary("cj-run").cells[0];
+    assert!(c.cgroup.as_ref().unwrap().oom_kills >= 1, "{c:?}\n{log}");
+    vm.left_nothing("cj-run");
 }
 
 /// (d) A user without delegation: exit 3 with the command to run instead.

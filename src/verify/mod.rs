@@ -90,7 +90,12 @@ pub async fn online(
     // be read back in reasonable time.
     let depth = protocol.depth().clamp(1, PIPELINE);
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let sessions = if depth >= PIPELINE { cores.min(4) } else { 16 / depth }.clamp(1, batches.max(1));
+    let sessions = if depth >= PIPELINE {
+        cores.min(4)
+    } else {
+        16 / depth
+    }
+    .clamp(1, batches.max(1));
     let timeout = timeout.max(Duration::from_secs(10));
     let judge = Mutex::new((Judge::new(ledger, tails), progress, Instant::now()));
     let work = Mutex::new(Work {

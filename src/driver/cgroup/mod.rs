@@ -700,7 +700,29 @@ pub fn cleanup_in(
             removed.push(e.path());
         }
     }
+    if !removed.is_empty() {
+        release_claimed(parent);
+    }
     removed
+}
+
+/// A container's cgroup a killed soak claimed (`--claim-cgroup`) keeps the
+/// memory controller handed down, and while it does, `docker exec` cannot
+/// put a process in it (cgroup v2's no-internal-process rule): with only
+/// the claimed leaf left beneath it, memory is taken off again. Anything
+/// else beneath it (a docker-in-docker engine's cgroups) leaves it on.
+fn release_claimed(parent: &Path) {
+    let children: Vec<String> = fs::read_dir(parent)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let control = parent.join("cgroup.subtree_control");
+    if children == [place::CLAIMED_LEAF] && lists(&control, "memory") {
+        let _ = write(&control, "-memory");
+    }
 }
 
 /// The raw fd number, for a `pre_exec` closure.

@@ -22,11 +22,16 @@
 //!    `Delegate=yes` holding soak alone (`busctl`, as `systemd-run --scope`
 //!    does for a new command), then goes on as in 2. systemd's own tree is
 //!    never written outside a delegation.
+//!    With `--claim-cgroup` (a CI container job: soak `docker exec`ed
+//!    beside the container's init), soak's cgroup being the root of a
+//!    cgroup namespace: the other processes go into a leaf `init` first,
+//!    as docker-in-docker's entrypoint moves them, and then as in 2.
 //! 4. As root without systemd: a subtree `soak-<run>` beneath the nearest
 //!    ancestor that can hand memory down (an empty cgroup, or the root).
 //! 5. Otherwise: no access, and an error that says which command gives it.
 //!
-//! soak never moves a process that is not its own. [`plan`] only reads, so
+//! soak never moves a process that is not its own unless told to
+//! (`--claim-cgroup`, and only in a container). [`plan`] only reads, so
 //! `soak doctor` can say what `soak run` would do; [`Placement::apply`]
 //! does it, and undoes it when dropped.
 
@@ -40,6 +45,11 @@ use crate::driver::{which, writable};
 /// The name ending of the leaf soak moves itself into (strategy 2).
 pub const SUPERVISOR_SUFFIX: &str = "-supervisor";
 
+/// The leaf a claimed namespace's other processes go into: the name
+/// docker-in-docker's entrypoint gives it, so that either finds the
+/// other's. Not soak's: `soak cleanup` never removes it.
+pub const CLAIMED_LEAF: &str = "init";
+
 /// How soak got a place for its node cgroups.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum How {
@@ -49,6 +59,10 @@ pub enum How {
     Root,
     /// v2: soak is alone in its cgroup; it moves into `leaf` beneath it.
     Own { leaf: PathBuf },
+    /// v2, `--claim-cgroup`, soak's cgroup the root of a cgroup namespace
+    /// with other processes in it: they move into `others`, soak into
+    /// `leaf`.
+    Claim { leaf: PathBuf, others: PathBuf },
     /// v2 under systemd: a transient scope with `Delegate=yes` for soak
     /// alone, asked of the system manager or of the user's (`user`).
     SystemdScope { unit: String, user: bool },
@@ -82,6 +96,11 @@ impl std::fmt::Display for Plan {
                 f,
                 "cgroup v2, soak is alone in its cgroup: it moves into a leaf `{}` beneath it and makes node cgroups beside that",
                 name(leaf)
+            ),
+            How::Claim { others, .. } => write!(
+                f,
+                "cgroup v2, soak's cgroup is a container's (the root of a cgroup namespace) and --claim-cgroup was given: its other processes move into a leaf `{}`, soak into one of its own, and node cgroups go beside them",
+                name(others)
             ),
             How::SystemdScope { unit, user } => write!(
                 f,
@@ -142,13 +161,21 @@ fn this_command() -> String {
     }
 }
 
-/// Decides where node cgroups go, reading only. `me` is soak's pid.
-pub fn plan(h: &Hierarchy, run: &str, me: i32) -> Result<Plan, NoAccess> {
-    plan_with(h, run, me, true)
+/// Decides where node cgroups go, reading only. `me` is soak's pid;
+/// `claim`: the user consents to moving the other processes of a
+/// container's cgroup (`--claim-cgroup`).
+pub fn plan(h: &Hierarchy, run: &str, me: i32, claim: bool) -> Result<Plan, NoAccess> {
+    plan_with(h, run, me, claim, true)
 }
 
 /// [`plan`], asking systemd or not (when it would not give a scope).
-fn plan_with(h: &Hierarchy, run: &str, me: i32, ask_systemd: bool) -> Result<Plan, NoAccess> {
+fn plan_with(
+    h: &Hierarchy,
+    run: &str,
+    me: i32,
+    claim: bool,
+    ask_systemd: bool,
+) -> Result<Plan, NoAccess> {
     let own = h.own.clone();
     let done = |how, parent| Plan {
         version: h.version,
@@ -170,6 +197,7 @@ fn plan_with(h: &Hierarchy, run: &str, me: i32, ask_systemd: bool) -> Result<Pla
         });
     }
     let mut found = vec![];
+    let mut fix = fix_for_no_access();
     // 1. The root.
     if is_real_root(&own) {
         if writable(&own) && writable(&own.join("cgroup.subtree_control")) {
@@ -188,9 +216,25 @@ fn plan_with(h: &Hierarchy, run: &str, me: i32, ask_systemd: bool) -> Result<Pla
         let can_write = writable(&own)
             && writable(&own.join("cgroup.subtree_control"))
             && writable(&own.join("cgroup.procs"));
+        let leaf = own.join(format!("{PREFIX}{run}{SUPERVISOR_SUFFIX}"));
         if others.is_empty() && has_memory && can_write {
-            let leaf = own.join(format!("{PREFIX}{run}{SUPERVISOR_SUFFIX}"));
             return Ok(done(How::Own { leaf }, own.clone()));
+        }
+        let namespace_root = own == h.mount;
+        if !others.is_empty() && namespace_root && has_memory && can_write {
+            if claim {
+                let others = own.join(CLAIMED_LEAF);
+                return Ok(done(How::Claim { leaf, others }, own.clone()));
+            }
+            fix = format!(
+                "soak runs in a container beside its other processes (a CI job's step, `docker exec`): `{} --claim-cgroup` (or SOAK_CLAIM_CGROUP=1) moves them into a leaf `{CLAIMED_LEAF}` of the container's cgroup, as docker-in-docker does, and puts soak's node cgroups beside it\n{fix}",
+                this_command()
+            );
+        } else if claim {
+            found.push(format!(
+                "--claim-cgroup is honoured only where soak's cgroup is the root of a cgroup namespace (a container) that hands it memory and lets it write; {} is not",
+                own.display()
+            ));
         }
         found.push(if !others.is_empty() {
             format!(
@@ -267,10 +311,7 @@ fn plan_with(h: &Hierarchy, run: &str, me: i32, ask_systemd: bool) -> Result<Pla
             own.display()
         ));
     }
-    Err(NoAccess {
-        found,
-        fix: fix_for_no_access(),
-    })
+    Err(NoAccess { found, fix })
 }
 
 fn fix_for_no_access() -> String {
@@ -324,6 +365,47 @@ fn enable_memory(cgroup: &Path, undo: Option<&mut Vec<Undo>>) -> Result<(), Cgro
 
 fn move_into(pid: i32, cgroup: &Path) -> Result<(), CgroupError> {
     write(&cgroup.join("cgroup.procs"), &pid.to_string())
+}
+
+/// Moves every process of `own` but soak into `others` (made if missing):
+/// again while new ones appear (a CI step forking), for at most 5 s.
+///
+/// They are not moved back when soak ends: a process the container
+/// started meanwhile may be among them, `docker exec` works again once
+/// soak has taken memory off the container's cgroup, and
+/// docker-in-docker (or the next soak) finds them where it would have
+/// put them itself.
+fn claim(own: &Path, others: &Path, me: i32) -> Result<(), CgroupError> {
+    if !others.is_dir() {
+        fs::create_dir(others).map_err(|source| CgroupError::Create {
+            path: others.to_path_buf(),
+            source,
+        })?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<i32> = procs_of(own).into_iter().filter(|p| *p != me).collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        for pid in left {
+            // A process that has exited meanwhile is not an error.
+            if let Err(e) = move_into(pid, others) {
+                if Path::new(&format!("/proc/{pid}")).exists() && Instant::now() > deadline {
+                    return Err(e);
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(CgroupError::NoAccess(NoAccess {
+                found: vec![format!(
+                    "{}: processes kept appearing in it while soak moved them into `{CLAIMED_LEAF}` for 5 s",
+                    own.display()
+                )],
+                fix: fix_for_no_access(),
+            }));
+        }
+    }
 }
 
 /// Asks systemd for a transient scope with `Delegate=yes` holding `pid`,
@@ -399,6 +481,10 @@ impl Placement {
             How::V1 => {}
             How::Root => enable_memory(&plan.own, None)?,
             How::Own { leaf } => p.own_cgroup(&plan.own, leaf, me)?,
+            How::Claim { leaf, others } => {
+                claim(&plan.own, others, me)?;
+                p.own_cgroup(&plan.own, leaf, me)?;
+            }
             How::SystemdScope { unit, user } => {
                 let parent = nix::unistd::getppid();
                 let scope = systemd_scope(h, unit, *user, me)?;
@@ -486,20 +572,21 @@ impl Drop for Placement {
 /// A systemd that refuses the scope (no D-Bus in a container that mounts
 /// /run/systemd, a user manager without delegation) is passed over for
 /// what soak can do without it; both reasons are said if that fails too.
-pub fn place(run: &str) -> Result<Placement, CgroupError> {
+pub fn place(run: &str, claim: bool) -> Result<Placement, CgroupError> {
     let h = super::detect()?;
     let me = std::process::id() as i32;
-    let first = plan(&h, run, me)?;
+    let first = plan(&h, run, me, claim)?;
     let asked_systemd = matches!(first.how, How::SystemdScope { .. });
     match Placement::apply(first, &h, me) {
-        Err(CgroupError::NoAccess(refused)) if asked_systemd => match plan_with(&h, run, me, false)
-        {
-            Ok(without) => Placement::apply(without, &h, me),
-            Err(mut e) => {
-                e.found.extend(refused.found);
-                Err(e.into())
+        Err(CgroupError::NoAccess(refused)) if asked_systemd => {
+            match plan_with(&h, run, me, claim, false) {
+                Ok(without) => Placement::apply(without, &h, me),
+                Err(mut e) => {
+                    e.found.extend(refused.found);
+                    Err(e.into())
+                }
             }
-        },
+        }
         other => other,
     }
 }
