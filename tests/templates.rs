@@ -159,3 +159,32 @@ fn the_templates_use_soaks_own_commands() {
     assert!(help(&["run", "--help"]).contains("--shard <I/N>"));
     assert!(help(&["report", "merge", "--help"]).contains("--out <OUT>"));
 }
+
+/// The container-job variant: linted as the others, and its soak step
+/// claims the container's cgroup (an option `soak run --help` names), in a
+/// privileged container with a cgroup namespace of its own; GitLab's
+/// Docker executor gets the same through SOAK_CLAIM_CGROUP.
+#[test]
+fn the_container_job_templates_claim_the_containers_cgroup() {
+    let file = root().join("templates/ci/github-container-job.yml");
+    let found = github_findings(&file);
+    assert!(found.is_empty(), "{found}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("--claim-cgroup"), "{text}");
+    assert!(text.contains("--privileged --cgroupns=private"), "{text}");
+    let (_d, bad) = broken(
+        "templates/ci/github-container-job.yml",
+        "container:\n      image:",
+        "container:\n      imag:",
+    );
+    assert!(!github_findings(&bad).is_empty(), "no finding");
+    let gitlab = std::fs::read_to_string(root().join("templates/ci/gitlab-ci.yml")).unwrap();
+    assert!(gitlab.contains("SOAK_CLAIM_CGROUP: \"1\""), "{gitlab}");
+    let help = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--claim-cgroup"), "{help}");
+    assert!(help.contains("SOAK_CLAIM_CGROUP"), "{help}");
+}
