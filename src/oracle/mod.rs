@@ -8,7 +8,7 @@
 //! knows with a [`Judge`], which after a power cut also tells the unsynced
 //! tail of each connection from a hole ([`Tails`]). Nothing here knows a
 //! protocol: values come in as bytes (or nothing), from whatever client
-//! read them (see `crate::protocol`).
+//! read them (see the `protocol` module).
 
 pub mod ledger;
 

@@ -183,7 +183,7 @@ impl Template {
                 other => {
                     return Err(format!(
                         "unknown placeholder `${{{other}}}`{}; a request may use {}",
-                        crate::suite::values::did_you_mean(other, PLACEHOLDERS.iter().copied()),
+                        crate::units::did_you_mean(other, PLACEHOLDERS.iter().copied()),
                         PLACEHOLDERS
                             .iter()
                             .map(|p| format!("${{{p}}}"))

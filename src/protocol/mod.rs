@@ -4,8 +4,8 @@
 //! `adapter`) opens [`Session`]s, one per load connection. A session takes
 //! requests (a write of a value, a delete, a read of one key or of several)
 //! and ends each in one of Jepsen's three outcomes ([`Outcome`]): done,
-//! definitely not done, or unknown. Both the load (`crate::workload`) and
-//! the read-back (`crate::verify`) drive sessions and hand what comes back
+//! definitely not done, or unknown. Both the load (`workload`) and
+//! the read-back (`verify`) drive sessions and hand what comes back
 //! to the oracle (`crate::oracle`), which never sees a protocol; so a new
 //! protocol touches this folder and the suite only.
 //!
