@@ -363,10 +363,6 @@ fn protocol_spec(
     run_id: &str,
 ) -> Result<crate::protocol::Spec, PlanError> {
     use crate::protocol::{self as p, Spec};
-    let bad = |field: &str, error: String| PlanError::Template {
-        field: field.into(),
-        error,
-    };
     if let Some(resp) = &w.resp {
         return Ok(Spec::Resp(p::resp::Spec {
             target: r.one("workload.resp.target", &resp.target)?,
@@ -376,44 +372,103 @@ fn protocol_spec(
         let url = r.one("workload.postgres.url", &pg.url)?;
         return p::postgres::Spec::from_url(&url, &pg.table)
             .map(Spec::Postgres)
-            .map_err(|e| bad("workload.postgres.url", e));
+            .map_err(|e| template_error("workload.postgres.url", e));
     }
     if let Some(a) = &w.adapter {
-        let mut env = vec![];
-        for (k, v) in &a.env {
-            env.push((k.clone(), r.one(&format!("workload.adapter.env.{k}"), v)?));
-        }
-        let mut params = BTreeMap::new();
-        for (k, v) in &a.params {
-            params.insert(
-                k.clone(),
-                r.one(&format!("workload.adapter.params.{k}"), v)?,
-            );
-        }
-        return Ok(Spec::Adapter(p::adapter::Spec {
-            command: r.argv("workload.adapter.command", &a.command)?,
-            env,
-            target: a
-                .target
-                .as_ref()
-                .map(|t| r.one("workload.adapter.target", t))
-                .transpose()?,
-            params,
-            init_timeout_s: a.init_timeout.0.as_secs_f64(),
-            needs: p::Caps {
-                multi_get: w.mix.mget > 0.0,
-                delete: w.mix.del > 0.0,
-            },
-            log: dir.join("adapter.log"),
-            run_id: run_id.to_string(),
-        }));
+        return adapter_spec(w, a, r, dir, run_id).map(Spec::Adapter);
     }
     let Some(h) = &w.http else {
         unreachable!("validated: one protocol");
     };
+    http_spec(h, r).map(|h| Spec::Http(Box::new(h)))
+}
+
+fn template_error(field: &str, error: String) -> PlanError {
+    PlanError::Template {
+        field: field.into(),
+        error,
+    }
+}
+
+fn adapter_spec(
+    w: &crate::suite::Workload,
+    a: &crate::suite::protocol::AdapterSpec,
+    r: &Renderer,
+    dir: &Path,
+    run_id: &str,
+) -> Result<crate::protocol::adapter::Spec, PlanError> {
+    let mut env = vec![];
+    for (k, v) in &a.env {
+        env.push((k.clone(), r.one(&format!("workload.adapter.env.{k}"), v)?));
+    }
+    let mut params = BTreeMap::new();
+    for (k, v) in &a.params {
+        params.insert(
+            k.clone(),
+            r.one(&format!("workload.adapter.params.{k}"), v)?,
+        );
+    }
+    Ok(crate::protocol::adapter::Spec {
+        command: r.argv("workload.adapter.command", &a.command)?,
+        env,
+        target: a
+            .target
+            .as_ref()
+            .map(|t| r.one("workload.adapter.target", t))
+            .transpose()?,
+        params,
+        init_timeout_s: a.init_timeout.0.as_secs_f64(),
+        needs: crate::protocol::Caps {
+            multi_get: w.mix.mget > 0.0,
+            delete: w.mix.del > 0.0,
+        },
+        log: dir.join("adapter.log"),
+        run_id: run_id.to_string(),
+    })
+}
+
+/// One of the HTTP protocol's requests, its templates checked.
+fn http_request(
+    r: &Renderer,
+    prefix: &str,
+    name: &str,
+    q: &crate::suite::protocol::HttpRequest,
+    method: &str,
+) -> Result<crate::protocol::http::RequestSpec, PlanError> {
+    let at = |f: &str| format!("workload.http.{name}.{f}");
+    let path = r.request(&at("path"), &q.path)?;
+    let path = if path.starts_with('/') || path.is_empty() {
+        format!("{prefix}{path}")
+    } else {
+        return Err(template_error(
+            &at("path"),
+            format!("{path:?}: give the path from `/`"),
+        ));
+    };
+    let mut headers = vec![];
+    for (k, v) in &q.headers {
+        headers.push((k.clone(), r.request(&at(&format!("headers.{k}")), v)?));
+    }
+    Ok(crate::protocol::http::RequestSpec {
+        method: q.method.clone().unwrap_or_else(|| method.into()),
+        path: if path.is_empty() { "/".into() } else { path },
+        body: q
+            .body
+            .as_ref()
+            .map(|b| r.request(&at("body"), b))
+            .transpose()?,
+        headers,
+    })
+}
+
+fn http_spec(
+    h: &crate::suite::protocol::HttpSpec,
+    r: &Renderer,
+) -> Result<crate::protocol::http::Spec, PlanError> {
+    use crate::protocol::http as p;
     let url = r.one("workload.http.url", &h.url)?;
     let uri = crate::net::http::check_url(&url).map_err(|e| {
-        bad(
+        template_error(
             "workload.http.url",
             format!("{e}, e.g. http://127.0.0.1:${{PORT}}"),
         )
@@ -425,32 +480,7 @@ fn protocol_spec(
         format!("{authority}:80")
     };
     let prefix = uri.path().trim_end_matches('/').to_string();
-    let request = |name: &str, q: &crate::suite::protocol::HttpRequest, method: &str| {
-        let at = |f: &str| format!("workload.http.{name}.{f}");
-        let path = r.request(&at("path"), &q.path)?;
-        let path = if path.starts_with('/') || path.is_empty() {
-            format!("{prefix}{path}")
-        } else {
-            return Err(bad(
-                &at("path"),
-                format!("{path:?}: give the path from `/`"),
-            ));
-        };
-        let mut headers = vec![];
-        for (k, v) in &q.headers {
-            headers.push((k.clone(), r.request(&at(&format!("headers.{k}")), v)?));
-        }
-        Ok(p::http::RequestSpec {
-            method: q.method.clone().unwrap_or_else(|| method.into()),
-            path: if path.is_empty() { "/".into() } else { path },
-            body: q
-                .body
-                .as_ref()
-                .map(|b| r.request(&at("body"), b))
-                .transpose()?,
-            headers,
-        })
-    };
+    let request = |name: &str, q, method| http_request(r, &prefix, name, q, method);
     let mut headers = vec![];
     for (k, v) in &h.headers {
         headers.push((
@@ -458,14 +488,14 @@ fn protocol_spec(
             r.request(&format!("workload.http.headers.{k}"), v)?,
         ));
     }
-    let defaults = p::http::Statuses::default();
-    let set = |given: &Option<Vec<crate::suite::protocol::Status>>, d: &p::http::StatusSet| {
+    let defaults = p::Statuses::default();
+    let set = |given: &Option<Vec<crate::suite::protocol::Status>>, d: &p::StatusSet| {
         given
             .as_ref()
             .map(|v| v.iter().map(|s| (s.0, s.1)).collect())
             .unwrap_or_else(|| d.clone())
     };
-    let spec = p::http::Spec {
+    let spec = p::Spec {
         target,
         host: authority,
         headers,
@@ -477,15 +507,15 @@ fn protocol_spec(
             .map(|d| request("delete", d, "DELETE"))
             .transpose()?,
         value: match &h.value.json {
-            Some(pointer) => p::http::Extract::Json {
+            Some(pointer) => p::Extract::Json {
                 pointer: pointer.clone(),
                 decode: h.value.decode,
             },
-            None => p::http::Extract::Body {
+            None => p::Extract::Body {
                 decode: h.value.decode,
             },
         },
-        status: p::http::Statuses {
+        status: p::Statuses {
             done: set(&h.status.done, &defaults.done),
             missing: set(&h.status.missing, &defaults.missing),
             not_done: set(&h.status.not_done, &defaults.not_done),
@@ -498,24 +528,24 @@ fn protocol_spec(
             .map(|(i, s)| request(&format!("setup[{i}]"), s, "PUT"))
             .collect::<Result<_, _>>()?,
     };
-    if let Err(e) = p::http::Http::compile_check(&spec) {
+    if let Err(e) = p::Http::compile_check(&spec) {
         let (part, _) = e.split_once(':').unwrap_or(("write", ""));
         let field = if part.starts_with("setup") {
             "workload.http.setup".to_string()
         } else {
             format!("workload.http.{part}")
         };
-        return Err(bad(&field, e));
+        return Err(template_error(&field, e));
     }
     if let Some(ptr) = &h.value.json {
         if !ptr.is_empty() && !ptr.starts_with('/') {
-            return Err(bad(
+            return Err(template_error(
                 "workload.http.value.json",
                 format!("{ptr:?} is not a JSON pointer: give one from `/`, e.g. /kvs/0/value"),
             ));
         }
     }
-    Ok(Spec::Http(Box::new(spec)))
+    Ok(spec)
 }
 
 /// Resolves one cell of `suite` in `ctx`.
