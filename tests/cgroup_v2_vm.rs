@@ -370,7 +370,9 @@ const CASES: [(&str, &str); 7] = [
         "in-container",
         "umount /sys/fs/cgroup\nmount -t cgroup2 cgroup2 /sys/fs/cgroup\nexec \"$@\"\n",
     ),
-    ("beside-init", "sleep 100000 &\nexec \"$@\"\n"),
+    // (Its output elsewhere: a `$(...)` around the launcher would wait
+    // for the sleep to close it.)
+    ("beside-init", "sleep 100000 > /dev/null 2>&1 &\nexec \"$@\"\n"),
     (
         "claim",
         "export SOAK_CLAIM_CGROUP=1 CT=ct3\nexec /bin/sh /cases/container /bin/sh /cases/beside-init \"$@\"\n",

@@ -3,6 +3,7 @@
 
 pub mod changes;
 pub mod log;
+pub mod stats;
 pub mod trend;
 
 use crate::telemetry::Sample;
