@@ -75,44 +75,73 @@ pub async fn online(
     tails: Option<Tails>,
     progress: impl FnMut(usize, usize) + Send,
 ) -> Result<ReadBack, VerifyError> {
-    let target = protocol_target(protocol);
-    let fail = |reason: String| VerifyError {
-        target: target.clone(),
-        reason,
-        fatal: false,
-    };
     let keys = Judge::keys(ledger);
     let per_batch = protocol.batch().max(1);
-    let batches = keys.len().div_ceil(per_batch);
-    // A pipelining session keeps one of the node's threads busy: one a
-    // core serves a node that reads on several (soak-node, redis-server's
-    // I/O threads, etcd); one key a request needs more sessions still to
-    // be read back in reasonable time.
+    let (depth, sessions) = sessions(protocol, keys.len().div_ceil(per_batch));
+    let all = keys.len();
+    let shared = Shared {
+        keys: &keys,
+        per_batch,
+        depth,
+        timeout: timeout.max(Duration::from_secs(10)),
+        judge: Mutex::new((Judge::new(ledger, tails), progress, Instant::now())),
+        work: Mutex::new(Work {
+            next: 0,
+            again: vec![],
+            failed: None,
+            client_restarts: 0,
+        }),
+    };
+    futures::future::join_all((0..sessions).map(|_| shared.session(protocol))).await;
+    if let Some(e) = shared.work.into_inner().expect("work").failed {
+        return Err(VerifyError {
+            target: protocol_target(protocol),
+            fatal: matches!(e, SessionError::Fatal(_)),
+            reason: e.to_string(),
+        });
+    }
+    let (judge, mut progress, _) = shared.judge.into_inner().expect("judge");
+    progress(all, all);
+    Ok(judge.finish())
+}
+
+/// Requests in flight on a session, and how many sessions read at once.
+/// A pipelining session keeps one of the node's threads busy: one a core
+/// serves a node that reads on several (soak-node, redis-server's I/O
+/// threads, etcd); one key a request needs more sessions still to be read
+/// back in reasonable time.
+fn sessions(protocol: &dyn Protocol, batches: usize) -> (usize, usize) {
     let depth = protocol.depth().clamp(1, PIPELINE);
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let sessions = if depth >= PIPELINE {
         cores.min(4)
     } else {
         16 / depth
-    }
-    .clamp(1, batches.max(1));
-    let timeout = timeout.max(Duration::from_secs(10));
-    let judge = Mutex::new((Judge::new(ledger, tails), progress, Instant::now()));
-    let work = Mutex::new(Work {
-        next: 0,
-        again: vec![],
-        failed: None,
-        client_restarts: 0,
-    });
-    let all = keys.len();
-    let take = || {
-        let mut w = work.lock().expect("work");
+    };
+    (depth, sessions.clamp(1, batches.max(1)))
+}
+
+/// What a read-back's sessions share: the keys, the batches left, and the
+/// judge with the progress callback and when it was last called.
+struct Shared<'a, P> {
+    keys: &'a [usize],
+    per_batch: usize,
+    depth: usize,
+    timeout: Duration,
+    judge: Mutex<(Judge<'a>, P, Instant)>,
+    work: Mutex<Work>,
+}
+
+impl<P: FnMut(usize, usize) + Send> Shared<'_, P> {
+    /// The next batch to ask for: one to ask again first.
+    fn take(&self) -> Option<Batch> {
+        let mut w = self.work.lock().expect("work");
         if let Some(b) = w.again.pop() {
             return Some(b);
         }
         let start = w.next;
-        (start < keys.len()).then(|| {
-            let len = per_batch.min(keys.len() - start);
+        (start < self.keys.len()).then(|| {
+            let len = self.per_batch.min(self.keys.len() - start);
             w.next += len;
             Batch {
                 start,
@@ -120,13 +149,59 @@ pub async fn online(
                 asked: 0,
             }
         })
-    };
-    let one = |_: usize| async {
+    }
+
+    fn fail(&self, e: SessionError) {
+        self.work.lock().expect("work").failed.get_or_insert(e);
+    }
+
+    fn failed(&self) -> bool {
+        self.work.lock().expect("work").failed.is_some()
+    }
+
+    /// Judges the values a batch read.
+    fn judge(&self, asked: &[usize], values: &[Option<&[u8]>]) {
+        let mut j = self.judge.lock().expect("judge");
+        let (judge, progress, last) = &mut *j;
+        for (k, v) in asked.iter().zip(values) {
+            judge.key(*k, *v);
+        }
+        if last.elapsed() >= Duration::from_secs(1) {
+            *last = Instant::now();
+            progress(judge.judged(), self.keys.len());
+        }
+    }
+
+    /// A batch whose read failed: a multi-key one is asked again a key a
+    /// request, to find which key fails; a key that failed [`RETRIES`]
+    /// times over is unreadable.
+    fn again(&self, b: Batch, why: &str) {
+        if b.len > 1 {
+            let mut w = self.work.lock().expect("work");
+            w.again.extend((0..b.len).map(|i| Batch {
+                start: b.start + i,
+                len: 1,
+                asked: 0,
+            }));
+        } else if b.asked > RETRIES {
+            self.judge
+                .lock()
+                .expect("judge")
+                .0
+                .unreadable(self.keys[b.start], why);
+        } else {
+            self.work.lock().expect("work").again.push(b);
+        }
+    }
+
+    /// One session's loop: connect, keep batches in flight, judge what
+    /// comes back, until no batch is left or the read-back failed.
+    async fn session(&self, protocol: &dyn Protocol) {
         let mut session = None;
         let mut in_flight: std::collections::HashMap<u64, Batch> = Default::default();
         let mut next_id = 0u64;
         loop {
-            if work.lock().expect("work").failed.is_some() {
+            if self.failed() {
                 return;
             }
             let s = match session.as_mut() {
@@ -134,24 +209,21 @@ pub async fn online(
                 None => match protocol
                     .connect(crate::protocol::Timeouts {
                         connect: Duration::from_secs(5),
-                        request: timeout,
+                        request: self.timeout,
                     })
                     .await
                 {
                     Ok(s) => session.insert(s),
-                    Err(e) => {
-                        work.lock().expect("work").failed.get_or_insert(e);
-                        return;
-                    }
+                    Err(e) => return self.fail(e),
                 },
             };
-            while in_flight.len() < depth.min(s.capacity()) {
-                let Some(mut b) = take() else { break };
+            while in_flight.len() < self.depth.min(s.capacity()) {
+                let Some(mut b) = self.take() else { break };
                 b.asked += 1;
                 s.submit(
                     next_id,
                     Request::Get {
-                        keys: &keys[b.start..b.start + b.len],
+                        keys: &self.keys[b.start..b.start + b.len],
                     },
                 );
                 in_flight.insert(next_id, b);
@@ -160,8 +232,8 @@ pub async fn online(
             if in_flight.is_empty() {
                 return;
             }
-            let sent = s.flush();
-            let waited = match sent {
+            let timeout = self.timeout;
+            let waited = match s.flush() {
                 Ok(()) => tokio::time::timeout(timeout, crate::protocol::progress(s.as_mut()))
                     .await
                     .map_err(|_| SessionError::Broken(format!("no reply within {timeout:?}"))),
@@ -173,18 +245,10 @@ pub async fn online(
                     let Some(b) = in_flight.remove(&id) else {
                         return;
                     };
-                    let asked = &keys[b.start..b.start + b.len];
+                    let asked = &self.keys[b.start..b.start + b.len];
                     match outcome {
                         Outcome::Values(values) if values.len() == asked.len() => {
-                            let mut j = judge.lock().expect("judge");
-                            let (judge, progress, last) = &mut *j;
-                            for (k, v) in asked.iter().zip(values) {
-                                judge.key(*k, *v);
-                            }
-                            if last.elapsed() >= Duration::from_secs(1) {
-                                *last = Instant::now();
-                                progress(judge.judged(), all);
-                            }
+                            self.judge(asked, values)
                         }
                         Outcome::Values(values) => retry.push((
                             b,
@@ -202,23 +266,7 @@ pub async fn online(
                 })
             });
             for (b, why) in retry {
-                if b.len > 1 {
-                    // Which of its keys fails: each alone.
-                    let mut w = work.lock().expect("work");
-                    w.again.extend((0..b.len).map(|i| Batch {
-                        start: b.start + i,
-                        len: 1,
-                        asked: 0,
-                    }));
-                } else if b.asked > RETRIES {
-                    judge
-                        .lock()
-                        .expect("judge")
-                        .0
-                        .unreadable(keys[b.start], &why);
-                } else {
-                    work.lock().expect("work").again.push(b);
-                }
+                self.again(b, &why);
             }
             match drained {
                 Ok(()) => {}
@@ -226,7 +274,7 @@ pub async fn online(
                 // asked (a few times over, not forever).
                 Err(SessionError::ClientExited(why)) => {
                     session = None;
-                    let mut w = work.lock().expect("work");
+                    let mut w = self.work.lock().expect("work");
                     w.client_restarts += 1;
                     if w.client_restarts > MAX_CLIENT_RESTARTS {
                         w.failed.get_or_insert(SessionError::Fatal(format!(
@@ -234,30 +282,15 @@ pub async fn online(
                         )));
                         return;
                     }
-                    let lost: Vec<Batch> = in_flight.drain().map(|(_, b)| b).collect();
-                    w.again.extend(lost);
+                    w.again.extend(in_flight.drain().map(|(_, b)| b));
                 }
                 // A session that broke fails the read-back: the node may
                 // have died under it, which the caller finds out (and
                 // restarts it, and reads back again from the start).
-                Err(e) => {
-                    work.lock().expect("work").failed.get_or_insert(e);
-                    return;
-                }
+                Err(e) => return self.fail(e),
             }
         }
-    };
-    futures::future::join_all((0..sessions).map(one)).await;
-    if let Some(e) = work.into_inner().expect("work").failed {
-        let fatal = matches!(e, SessionError::Fatal(_));
-        return Err(VerifyError {
-            fatal,
-            ..fail(e.to_string())
-        });
     }
-    let (judge, mut progress, _) = judge.into_inner().expect("judge");
-    progress(all, all);
-    Ok(judge.finish())
 }
 
 /// Where a protocol's requests go, for messages.
