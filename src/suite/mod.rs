@@ -547,6 +547,50 @@ impl Suite {
                 out.push(("limits.high".into(), format!("`high` ({}) is above `memory` ({}): the node would be killed before it is ever throttled; give a `high` below `memory`", crate::units::Bytes(high.0), crate::units::Bytes(max.0))));
             }
         }
+        out.extend(self.check_ready());
+        let cells = self.cells();
+        if cells.is_empty() {
+            out.push((
+                "matrix.exclude".into(),
+                "every cell of the matrix is excluded".into(),
+            ));
+        }
+        if self.node.allocator.is_some() && cells.iter().any(|c| c.allocator().is_some()) {
+            out.push((
+                "node.allocator".into(),
+                "the matrix has an `allocator` axis too: keep one of them".into(),
+            ));
+        }
+        out.extend(self.check_templates(&cells));
+        if let Some(w) = &self.workload {
+            out.extend(w.problems());
+        }
+        let interval = self.telemetry.interval.0;
+        if interval < std::time::Duration::from_millis(10)
+            || interval > std::time::Duration::from_secs(60)
+        {
+            out.push((
+                "telemetry.interval".into(),
+                "the sampling interval must be between 10ms and 60s".into(),
+            ));
+        }
+        if self.phases.is_empty() {
+            out.push((
+                "phases".into(),
+                "a suite needs at least one phase, e.g. `- run: 30s`".into(),
+            ));
+        }
+        // The node starts before the first phase; follow its state through them.
+        let mut running = true;
+        self.check_phases(&self.phases, "phases", &mut running, &mut out);
+        out.extend(self.checks.problems(self));
+        out.extend(self.check_expectations());
+        out
+    }
+
+    /// The node's readiness probe and the URLs it is probed at.
+    fn check_ready(&self) -> Vec<(String, String)> {
+        let mut out = vec![];
         let ready = &self.node.ready;
         match ready.given().as_slice() {
             [] => out.push(("node.ready".into(), "say how to tell the node is ready: `resp: 127.0.0.1:${PORT}`, `tcp: ...`, `http: http://127.0.0.1:${PORT}/health`, `log: REGEX` or `exec: [ARGV]`".into())),
@@ -579,109 +623,12 @@ impl Suite {
         if ready.exec.as_ref().is_some_and(|a| a.is_empty()) {
             out.push(("node.ready.exec".into(), "the command is empty: give its argv, e.g. [\"redis-cli\", \"-p\", \"${PORT}\", \"ping\"]".into()));
         }
-        let cells = self.cells();
-        if cells.is_empty() {
-            out.push((
-                "matrix.exclude".into(),
-                "every cell of the matrix is excluded".into(),
-            ));
-        }
-        if self.node.allocator.is_some() && cells.iter().any(|c| c.allocator().is_some()) {
-            out.push((
-                "node.allocator".into(),
-                "the matrix has an `allocator` axis too: keep one of them".into(),
-            ));
-        }
-        out.extend(self.check_templates(&cells));
-        if let Some(w) = &self.workload {
-            let m = w.mix;
-            if [m.set, m.get, m.del, m.mget]
-                .iter()
-                .any(|v| *v < 0.0 || !v.is_finite())
-                || m.set + m.get + m.del + m.mget <= 0.0
-            {
-                out.push((
-                    "workload.mix".into(),
-                    "shares must be zero or more and not all zero, e.g. { set: 0.5, get: 0.5 }"
-                        .into(),
-                ));
-            }
-            if w.keys.0 == 0 || w.keys.0 > u32::MAX as u64 {
-                out.push((
-                    "workload.keys".into(),
-                    format!("the key space needs between 1 and {} keys", u32::MAX),
-                ));
-            }
-            if let Some(p) = w.distribution.problem() {
-                out.push(("workload.distribution".into(), p));
-            }
-            if w.connections.0 == 0 || w.connections.0 > 1024 {
-                out.push((
-                    "workload.connections".into(),
-                    "connections must be between 1 and 1024".into(),
-                ));
-            }
-            if w.pipeline.is_some() && w.rate != LoadRate::Max {
-                out.push((
-                    "workload.pipeline".into(),
-                    "`pipeline` is the closed loop's depth and needs `rate: max`; at a fixed rate, requests go out when they are scheduled".into(),
-                ));
-            }
-            if let Some(p) = w.pipeline {
-                if p.0 == 0 || p.0 > 1024 {
-                    out.push((
-                        "workload.pipeline".into(),
-                        "pipeline must be between 1 and 1024 requests in flight per connection"
-                            .into(),
-                    ));
-                }
-            }
-            if w.mix.mget > 0.0 && (w.mget_keys.0 == 0 || w.mget_keys.0 > 10_000) {
-                out.push((
-                    "workload.mget_keys".into(),
-                    "an MGET asks for between 1 and 10000 keys".into(),
-                ));
-            }
-            match (&w.value_size, &w.value) {
-                (Some(_), Some(_)) => out.push((
-                    "workload.value".into(),
-                    "give `value_size` or `value: { size, compressibility }`, not both".into(),
-                )),
-                (None, None) => out.push((
-                    "workload".into(),
-                    "give the values' size: `value_size: 512B`, or `value: { size: 512B, compressibility: 0.5 }`".into(),
-                )),
-                _ => {}
-            }
-            if let Some(v) = &w.value {
-                if !(0.0..0.99).contains(&v.compressibility) {
-                    out.push((
-                        "workload.value.compressibility".into(),
-                        "the share a codec can remove, from 0 (random bytes) to below 0.99, e.g. 0.5".into(),
-                    ));
-                }
-            }
-            out.extend(w.protocol_problems());
-        }
-        let interval = self.telemetry.interval.0;
-        if interval < std::time::Duration::from_millis(10)
-            || interval > std::time::Duration::from_secs(60)
-        {
-            out.push((
-                "telemetry.interval".into(),
-                "the sampling interval must be between 10ms and 60s".into(),
-            ));
-        }
-        if self.phases.is_empty() {
-            out.push((
-                "phases".into(),
-                "a suite needs at least one phase, e.g. `- run: 30s`".into(),
-            ));
-        }
-        // The node starts before the first phase; follow its state through them.
-        let mut running = true;
-        self.check_phases(&self.phases, "phases", &mut running, &mut out);
-        out.extend(self.checks.problems(self));
+        out
+    }
+
+    /// The matrix's `expect:` entries, judged as checks are.
+    fn check_expectations(&self) -> Vec<(String, String)> {
+        let mut out = vec![];
         // Expectations are checks too, judged the same way; each problem
         // once, at the value or entry that sets it.
         if let Some(m) = &self.matrix {
@@ -993,4 +940,80 @@ fn explain_serde(msg: &str, path: &str) -> (String, String) {
         msg.push_str(" (a tab? YAML indents with spaces only)");
     }
     (path, msg)
+}
+
+impl Workload {
+    /// What is wrong with the workload's own fields; each (path, message).
+    fn problems(&self) -> Vec<(String, String)> {
+        let w = self;
+        let mut out = vec![];
+        let m = w.mix;
+        if [m.set, m.get, m.del, m.mget]
+            .iter()
+            .any(|v| *v < 0.0 || !v.is_finite())
+            || m.set + m.get + m.del + m.mget <= 0.0
+        {
+            out.push((
+                "workload.mix".into(),
+                "shares must be zero or more and not all zero, e.g. { set: 0.5, get: 0.5 }".into(),
+            ));
+        }
+        if w.keys.0 == 0 || w.keys.0 > u32::MAX as u64 {
+            out.push((
+                "workload.keys".into(),
+                format!("the key space needs between 1 and {} keys", u32::MAX),
+            ));
+        }
+        if let Some(p) = w.distribution.problem() {
+            out.push(("workload.distribution".into(), p));
+        }
+        if w.connections.0 == 0 || w.connections.0 > 1024 {
+            out.push((
+                "workload.connections".into(),
+                "connections must be between 1 and 1024".into(),
+            ));
+        }
+        if w.pipeline.is_some() && w.rate != LoadRate::Max {
+            out.push((
+                "workload.pipeline".into(),
+                "`pipeline` is the closed loop's depth and needs `rate: max`; at a fixed rate, requests go out when they are scheduled".into(),
+            ));
+        }
+        if let Some(p) = w.pipeline {
+            if p.0 == 0 || p.0 > 1024 {
+                out.push((
+                    "workload.pipeline".into(),
+                    "pipeline must be between 1 and 1024 requests in flight per connection".into(),
+                ));
+            }
+        }
+        if w.mix.mget > 0.0 && (w.mget_keys.0 == 0 || w.mget_keys.0 > 10_000) {
+            out.push((
+                "workload.mget_keys".into(),
+                "an MGET asks for between 1 and 10000 keys".into(),
+            ));
+        }
+        match (&w.value_size, &w.value) {
+            (Some(_), Some(_)) => out.push((
+                "workload.value".into(),
+                "give `value_size` or `value: { size, compressibility }`, not both".into(),
+            )),
+            (None, None) => out.push((
+                "workload".into(),
+                "give the values' size: `value_size: 512B`, or `value: { size: 512B, compressibility: 0.5 }`".into(),
+            )),
+            _ => {}
+        }
+        if let Some(v) = &w.value {
+            if !(0.0..0.99).contains(&v.compressibility) {
+                out.push((
+                    "workload.value.compressibility".into(),
+                    "the share a codec can remove, from 0 (random bytes) to below 0.99, e.g. 0.5"
+                        .into(),
+                ));
+            }
+        }
+        out.extend(w.protocol_problems());
+        out
+    }
 }
