@@ -183,38 +183,7 @@ pub fn main() -> i32 {
         }
     };
     match cli.command {
-        Command::Validate { suites } => {
-            let mut code = exit::PASS;
-            for s in suites {
-                // Every cell resolved as a run resolves it (placeholder
-                // ports and folders): validation and running cannot disagree.
-                let planned = Suite::load(&s)
-                    .map_err(|e| e.to_string())
-                    .and_then(|suite| {
-                        let ctx = crate::plan::RunContext::for_validation(&s);
-                        let cells = suite.cells();
-                        for (i, c) in cells.iter().enumerate() {
-                            crate::plan::resolve(&suite, c, i, &ctx)
-                                .map_err(|e| e.located(&s, &c.id))?;
-                        }
-                        Ok((suite, cells.len()))
-                    });
-                match planned {
-                    Ok((suite, cells)) => println!(
-                        "{}: ok ({}, {cells} cell{}, {} phases)",
-                        s.display(),
-                        suite.name,
-                        if cells == 1 { "" } else { "s" },
-                        suite.phases.len()
-                    ),
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        code = exit::INVALID;
-                    }
-                }
-            }
-            code
-        }
+        Command::Validate { suites } => validate_command(suites),
         Command::Schema { summary } => {
             if summary {
                 let schema = schemars::schema_for!(crate::model::Summary);
@@ -231,32 +200,7 @@ pub fn main() -> i32 {
             run,
             force,
             docker_host,
-        } => {
-            let cleaned = crate::cleanup::cleanup(run.as_deref(), force, docker_host.as_deref());
-            for (pid, label) in &cleaned.processes {
-                println!("killed process {pid} (run {label})");
-            }
-            for cg in &cleaned.cgroups {
-                println!("removed cgroup {}", cg.display());
-            }
-            for (name, run) in &cleaned.containers {
-                println!("removed container {name} (run {run})");
-            }
-            for (path, run) in &cleaned.mounts {
-                println!("unmounted {} (run {run})", path.display());
-            }
-            if cleaned.processes.is_empty()
-                && cleaned.cgroups.is_empty()
-                && cleaned.mounts.is_empty()
-                && cleaned.containers.is_empty()
-            {
-                println!("nothing to clean up");
-            }
-            if let Some(why) = &cleaned.containers_unchecked {
-                println!("containers not checked: {why}");
-            }
-            exit::PASS
-        }
+        } => cleanup_command(run, force, docker_host),
         Command::Run(opts) => run_command(opts),
         Command::Doctor { out } => crate::doctor::doctor(&out),
         Command::Verify { cell, target } => verify_command(&cell, target),
@@ -277,24 +221,7 @@ pub fn main() -> i32 {
         Command::Report(ReportArgs {
             command: Some(ReportCommand::Merge { dirs, out }),
             ..
-        }) => match crate::report::merge::merge(&dirs, out.as_deref()) {
-            Ok((merged, dir)) => {
-                println!(
-                    "soak: merged {} cells: {}",
-                    merged.cells.len(),
-                    dir.join("report.md").display()
-                );
-                for missing in &merged.missing_shards {
-                    eprintln!("soak: shard {missing} is missing: its cells are not in the report");
-                }
-                let charts = crate::report::charts::of_run(&dir, &merged);
-                if let Err(e) = crate::report::ci::publish(&merged, &charts) {
-                    eprintln!("soak: cannot write the CI job summary: {e}");
-                }
-                exit::of_verdict(merged.verdict)
-            }
-            Err(e) => report_error(e),
-        },
+        }) => merge_command(&dirs, out.as_deref()),
         Command::Report(ReportArgs {
             command: None,
             dir: Some(dir),
@@ -318,6 +245,89 @@ pub fn main() -> i32 {
             ledger,
             json,
         } => inspect_command(&data_dir, ledger.as_deref(), json),
+    }
+}
+
+/// `soak validate`: every cell of each suite resolved as a run resolves it.
+fn validate_command(suites: Vec<std::path::PathBuf>) -> i32 {
+    let mut code = exit::PASS;
+    for s in suites {
+        // Every cell resolved as a run resolves it (placeholder
+        // ports and folders): validation and running cannot disagree.
+        let planned = Suite::load(&s)
+            .map_err(|e| e.to_string())
+            .and_then(|suite| {
+                let ctx = crate::plan::RunContext::for_validation(&s);
+                let cells = suite.cells();
+                for (i, c) in cells.iter().enumerate() {
+                    crate::plan::resolve(&suite, c, i, &ctx).map_err(|e| e.located(&s, &c.id))?;
+                }
+                Ok((suite, cells.len()))
+            });
+        match planned {
+            Ok((suite, cells)) => println!(
+                "{}: ok ({}, {cells} cell{}, {} phases)",
+                s.display(),
+                suite.name,
+                if cells == 1 { "" } else { "s" },
+                suite.phases.len()
+            ),
+            Err(e) => {
+                eprintln!("error: {e}");
+                code = exit::INVALID;
+            }
+        }
+    }
+    code
+}
+
+/// `soak cleanup`: what it removed, a line each.
+fn cleanup_command(run: Option<String>, force: bool, docker_host: Option<String>) -> i32 {
+    let cleaned = crate::cleanup::cleanup(run.as_deref(), force, docker_host.as_deref());
+    for (pid, label) in &cleaned.processes {
+        println!("killed process {pid} (run {label})");
+    }
+    for cg in &cleaned.cgroups {
+        println!("removed cgroup {}", cg.display());
+    }
+    for (name, run) in &cleaned.containers {
+        println!("removed container {name} (run {run})");
+    }
+    for (path, run) in &cleaned.mounts {
+        println!("unmounted {} (run {run})", path.display());
+    }
+    if cleaned.processes.is_empty()
+        && cleaned.cgroups.is_empty()
+        && cleaned.mounts.is_empty()
+        && cleaned.containers.is_empty()
+    {
+        println!("nothing to clean up");
+    }
+    if let Some(why) = &cleaned.containers_unchecked {
+        println!("containers not checked: {why}");
+    }
+    exit::PASS
+}
+
+/// `soak report merge`: the shards' reports as one.
+fn merge_command(dirs: &[std::path::PathBuf], out: Option<&std::path::Path>) -> i32 {
+    match crate::report::merge::merge(dirs, out) {
+        Ok((merged, dir)) => {
+            println!(
+                "soak: merged {} cells: {}",
+                merged.cells.len(),
+                dir.join("report.md").display()
+            );
+            for missing in &merged.missing_shards {
+                eprintln!("soak: shard {missing} is missing: its cells are not in the report");
+            }
+            let charts = crate::report::charts::of_run(&dir, &merged);
+            if let Err(e) = crate::report::ci::publish(&merged, &charts) {
+                eprintln!("soak: cannot write the CI job summary: {e}");
+            }
+            exit::of_verdict(merged.verdict)
+        }
+        Err(e) => report_error(e),
     }
 }
 
