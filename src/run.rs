@@ -520,47 +520,9 @@ async fn run_cell(
             AnyNode::Process(_) => None,
         },
     };
-    // With `network` phases, the load connects through soak's proxy (the
-    // read-backs do not: they judge the data, not the network).
-    let network = match (&plan.load, uses_network(&suite.phases)) {
-        (Some(l), true) => {
-            let target = l.protocol.target().ok_or_else(|| {
-                RunError::Environment(
-                    "`network` faults need to know where the load's requests go: give the adapter a `target`".into(),
-                )
-            })?;
-            Some(Arc::new(start_proxy(&target, plan.seed).await?))
-        }
-        _ => None,
-    };
-    let mut load_cfg = plan.load.clone();
-    if let (Some(c), Some(p)) = (load_cfg.as_mut(), &network) {
-        c.protocol.retarget(&p.addr().to_string());
-    }
-    let mut load = load_cfg.map(Engine::new);
-    if let Some(l) = load.as_mut() {
-        l.set_origin(origin.into_std());
-        l.log_intervals(
-            &plan.dir.join("latency.csv"),
-            plan.interval,
-            origin,
-            &plan.checks.windows(),
-        );
-    }
+    let (network, mut load) = start_load(suite, plan, origin).await?;
     bus = bus.with(progress.cell(plan, load.as_ref().map(|l| l.live()), target.clone()));
-    bus.emit(Event::Cell {
-        seed: plan.seed,
-        allocator: plan.allocator.as_ref().map(|a| a.text.clone()),
-        cgroup: match (&cg, &plan.container) {
-            (Some(c), _) => Some(c.path.display().to_string()),
-            (None, _) => engine.as_ref().map(|e| {
-                format!(
-                    "the container's, made by Docker {} at {} (cgroup v{})",
-                    e.version, e.host, e.cgroup_version
-                )
-            }),
-        },
-    });
+    bus.emit(cell_event(plan, cg.as_deref(), engine.as_ref()));
     // With disk faults, the data directory is soak's fault filesystem;
     // the files live in a folder beside it, which telemetry reads.
     let disk = match (plan.fault_fs, &plan.container) {
@@ -613,19 +575,7 @@ async fn run_cell(
     let cgroup = cg
         .as_deref()
         .map(|c| cgroup_summary(c, placement, &samples));
-    // A container's cgroup goes with it: its OOM kills are the engine's
-    // word (`OOMKilled`), one per restart it caused.
-    let oom_restarts = bus
-        .recorder
-        .restarts
-        .iter()
-        .filter(|r| r.reason == crate::model::Cause::Oom)
-        .count() as u64;
-    let oom_kills = cg
-        .as_ref()
-        .map(|c| c.oom_kills())
-        .unwrap_or(0)
-        .max(oom_restarts);
+    let oom_kills = oom_kills(cg.as_deref(), &bus);
     node.shutdown().await;
     let disk_faults = disk.map(|d| {
         let stats = d.stats();
@@ -652,6 +602,77 @@ async fn run_cell(
         engine,
     };
     Ok(assemble(plan, outcome.err(), &mut bus, measured))
+}
+
+/// The cell's load, if it has one, and with `network` phases the proxy it
+/// connects through (the read-backs do not: they judge the data, not the
+/// network).
+async fn start_load(
+    suite: &Suite,
+    plan: &CellPlan,
+    origin: tokio::time::Instant,
+) -> Result<(Option<Arc<crate::faults::proxy::Proxy>>, Option<Engine>), RunError> {
+    let network = match (&plan.load, uses_network(&suite.phases)) {
+        (Some(l), true) => {
+            let target = l.protocol.target().ok_or_else(|| {
+                RunError::Environment(
+                    "`network` faults need to know where the load's requests go: give the adapter a `target`".into(),
+                )
+            })?;
+            Some(Arc::new(start_proxy(&target, plan.seed).await?))
+        }
+        _ => None,
+    };
+    let mut load_cfg = plan.load.clone();
+    if let (Some(c), Some(p)) = (load_cfg.as_mut(), &network) {
+        c.protocol.retarget(&p.addr().to_string());
+    }
+    let mut load = load_cfg.map(Engine::new);
+    if let Some(l) = load.as_mut() {
+        l.set_origin(origin.into_std());
+        l.log_intervals(
+            &plan.dir.join("latency.csv"),
+            plan.interval,
+            origin,
+            &plan.checks.windows(),
+        );
+    }
+    Ok((network, load))
+}
+
+/// The cell's first event: its seed, allocator and where its memory is
+/// counted.
+fn cell_event(
+    plan: &CellPlan,
+    cg: Option<&Cgroup>,
+    engine: Option<&crate::driver::docker::engine::EngineInfo>,
+) -> Event {
+    Event::Cell {
+        seed: plan.seed,
+        allocator: plan.allocator.as_ref().map(|a| a.text.clone()),
+        cgroup: match cg {
+            Some(c) => Some(c.path.display().to_string()),
+            None => engine.map(|e| {
+                format!(
+                    "the container's, made by Docker {} at {} (cgroup v{})",
+                    e.version, e.host, e.cgroup_version
+                )
+            }),
+        },
+    }
+}
+
+/// The kernel's OOM kills of the node's cgroup; a container's cgroup
+/// goes with it, so its OOM kills are the engine's word (`OOMKilled`),
+/// one per restart it caused.
+fn oom_kills(cg: Option<&Cgroup>, bus: &Bus) -> u64 {
+    let oom_restarts = bus
+        .recorder
+        .restarts
+        .iter()
+        .filter(|r| r.reason == crate::model::Cause::Oom)
+        .count() as u64;
+    cg.map(|c| c.oom_kills()).unwrap_or(0).max(oom_restarts)
 }
 
 /// What a node that stopped answering a read-back shows: the error, and
