@@ -51,8 +51,8 @@ fn teku_rocksdb_is_oom_killed_under_glibc_with_the_big_cache_and_not_with_either
         &dir,
         "suites/teku-rocksdb.yaml",
         &[(
-            "  - run: 3m\n  - verify\n",
-            "  - run: 3m\n  - verify\n  - verify\n  - verify\n  - verify\n  - verify\n",
+            "  - run: { ops: 2_000_000, max: 12m }\n  - verify\n",
+            "  - run: { ops: 2_000_000, max: 12m }\n  - verify\n  - verify\n  - verify\n  - verify\n  - verify\n",
         )],
     );
     let run = soak_run(&suite, &["--duration-scale", "0.15"]);
