@@ -1130,16 +1130,22 @@ fn kill_soak_then_verify(suite_file: &str) -> (Output, PathBuf, tempfile::TempDi
     (out, cell_dir, dir)
 }
 
-#[test]
-fn a_run_over_http_whose_soak_was_killed_is_verified_over_http() {
-    let (out, cell, _dir) = kill_soak_then_verify("tests/suites/cut-short-http.yaml");
-    let text = String::from_utf8_lossy(&out.stdout);
+/// The stdout of a `soak verify` that exited 0 (both streams shown if not).
+fn passed(out: &Output) -> String {
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(
         out.status.code(),
         Some(0),
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    text
+}
+
+#[test]
+fn a_run_over_http_whose_soak_was_killed_is_verified_over_http() {
+    let (out, cell, _dir) = kill_soak_then_verify("tests/suites/cut-short-http.yaml");
+    passed(&out);
     let v = reverified(&cell);
     assert!(v.started_node, "{v:?}");
     assert_eq!(v.integrity.lost, 0, "{v:?}");
@@ -1151,13 +1157,7 @@ fn a_run_over_http_whose_soak_was_killed_is_verified_over_http() {
 #[test]
 fn a_run_whose_soak_was_killed_is_verified_from_its_saved_ledger() {
     let (out, cell, _dir) = kill_soak_then_verify("tests/suites/cut-short-soak-node.yaml");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = passed(&out);
     let v = reverified(&cell);
     assert!(v.stale_ledger);
     assert!(v.started_node);

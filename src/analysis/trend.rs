@@ -59,6 +59,19 @@ pub struct Trend {
     pub n: usize,
 }
 
+/// Mann-Kendall's z of S with its variance, corrected for continuity.
+fn mk_z(s: f64, var: f64) -> f64 {
+    if var <= 0.0 {
+        0.0
+    } else if s > 0.0 {
+        (s - 1.0) / var.sqrt()
+    } else if s < 0.0 {
+        (s + 1.0) / var.sqrt()
+    } else {
+        0.0
+    }
+}
+
 /// Mann-Kendall S and its variance with ties, times the factor n/n* of
 /// Hamed and Rao for autocorrelation.
 fn mann_kendall(pts: &[(f64, f64)], slope: f64) -> (f64, f64) {
@@ -252,17 +265,6 @@ fn on_levels(segs: &[Vec<(f64, f64)>]) -> Option<(Trend, f64)> {
         sl += sk;
         varl += vk;
     }
-    let z_of = |s: f64, var: f64| {
-        if var <= 0.0 {
-            0.0
-        } else if s > 0.0 {
-            (s - 1.0) / var.sqrt()
-        } else if s < 0.0 {
-            (s + 1.0) / var.sqrt()
-        } else {
-            0.0
-        }
-    };
     // Steps in each third of every segment: a rise that goes on.
     let spans = segs.iter().zip(&levels).all(|(pts, l)| {
         let (t0, t1) = (pts[0].0, pts[pts.len() - 1].0);
@@ -278,7 +280,7 @@ fn on_levels(segs: &[Vec<(f64, f64)>]) -> Option<(Trend, f64)> {
     // that filled in doubling chunks and stopped has six levels in a row
     // (their test alone found it 0.27 of the time on the detector bench).
     let z = if spans {
-        z_of(s, var)
+        mk_z(s, var)
     } else {
         let (mut sh, mut varh) = (0.0, 0.0);
         for pts in segs.iter().filter(|p| p.len() >= 8) {
@@ -286,7 +288,7 @@ fn on_levels(segs: &[Vec<(f64, f64)>]) -> Option<(Trend, f64)> {
             sh += sk;
             varh += vk;
         }
-        z_of(s, var).min(z_of(sl, varl)).min(z_of(sh, varh))
+        mk_z(s, var).min(mk_z(sl, varl)).min(mk_z(sh, varh))
     };
     let n_levels: usize = points.iter().map(Vec::len).sum();
     let pairs = weighted.len() as f64;
@@ -348,15 +350,7 @@ fn ranked_on(
         s += sk;
         var += vk;
     }
-    let z = if var <= 0.0 {
-        0.0
-    } else if s > 0.0 {
-        (s - 1.0) / var.sqrt()
-    } else if s < 0.0 {
-        (s + 1.0) / var.sqrt()
-    } else {
-        0.0
-    };
+    let z = mk_z(s, var);
     let p_up = 1.0 - normal_cdf(z);
     // Gilbert's interval: ranks (N' -+ C)/2 among the sorted slopes,
     // with the levels' own variance where the slope is theirs.
