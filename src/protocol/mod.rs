@@ -18,6 +18,7 @@
 
 pub mod adapter;
 pub mod http;
+mod pipe;
 pub mod postgres;
 pub mod resp;
 

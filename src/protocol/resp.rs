@@ -14,8 +14,8 @@ use std::collections::VecDeque;
 use std::task::{Context, Poll};
 
 use serde::{Deserialize, Serialize};
-use tokio::net::TcpStream;
 
+use super::pipe::Pipe;
 use super::{Caps, Connecting, Outcome, Protocol, Request, Session, SessionError};
 use crate::net::resp;
 use crate::oracle::Ledger;
@@ -65,21 +65,8 @@ impl Protocol for Spec {
     fn connect(&self, t: super::Timeouts) -> Connecting {
         let target = self.target.clone();
         Box::pin(async move {
-            let stream = tokio::time::timeout(t.connect, TcpStream::connect(&target))
-                .await
-                .map_err(|_| {
-                    SessionError::Broken(format!(
-                        "no connection to {target} within {:?}",
-                        t.connect
-                    ))
-                })?
-                .map_err(|e| SessionError::Broken(format!("cannot connect to {target}: {e}")))?;
-            let _ = stream.set_nodelay(true);
             Ok(Box::new(Link {
-                stream,
-                rbuf: Vec::with_capacity(64 << 10),
-                wbuf: Vec::with_capacity(64 << 10),
-                written: 0,
+                pipe: Pipe::connect(&target, t.connect).await?,
                 pending: VecDeque::new(),
                 key: Vec::with_capacity(24),
             }) as Box<dyn Session>)
@@ -101,30 +88,9 @@ enum Asked {
 
 /// One connection: a socket, its buffers, and the requests in flight.
 struct Link {
-    stream: TcpStream,
-    rbuf: Vec<u8>,
-    wbuf: Vec<u8>,
-    /// Bytes of `wbuf` already written.
-    written: usize,
+    pipe: Pipe,
     pending: VecDeque<(u64, Asked)>,
     key: Vec<u8>,
-}
-
-impl Link {
-    /// Reads what the socket has now; `Ok(false)` at end of stream.
-    fn fill_reads(&mut self) -> std::io::Result<bool> {
-        loop {
-            if self.rbuf.capacity() - self.rbuf.len() < 16 << 10 {
-                self.rbuf.reserve(64 << 10);
-            }
-            match self.stream.try_read_buf(&mut self.rbuf) {
-                Ok(0) => return Ok(false),
-                Ok(_) => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(true),
-                Err(e) => return Err(e),
-            }
-        }
-    }
 }
 
 /// Whether an error reply says the command was refused before it ran.
@@ -147,7 +113,7 @@ pub fn encode_mget(out: &mut Vec<u8>, keys: &[usize]) {
 
 impl Session for Link {
     fn submit(&mut self, id: u64, request: Request<'_>) {
-        let out = &mut self.wbuf;
+        let out = &mut self.pipe.wbuf;
         self.key.clear();
         let asked = match request {
             Request::Get { keys: [k] } => {
@@ -176,27 +142,11 @@ impl Session for Link {
     }
 
     fn flush(&mut self) -> Result<(), SessionError> {
-        while self.written < self.wbuf.len() {
-            match self.stream.try_write(&self.wbuf[self.written..]) {
-                Ok(0) => return Err(SessionError::Broken("the node stopped reading".into())),
-                Ok(n) => self.written += n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) => return Err(SessionError::Broken(e.to_string())),
-            }
-        }
-        self.wbuf.clear();
-        self.written = 0;
-        Ok(())
+        self.pipe.flush()
     }
 
     fn poll_progress(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.written < self.wbuf.len() && self.stream.poll_write_ready(cx).is_ready() {
-            return Poll::Ready(());
-        }
-        if !self.pending.is_empty() && self.stream.poll_read_ready(cx).is_ready() {
-            return Poll::Ready(());
-        }
-        Poll::Pending
+        self.pipe.poll_progress(cx, !self.pending.is_empty())
     }
 
     fn drain(&mut self, done: &mut dyn FnMut(u64, Outcome<'_>)) -> Result<(), SessionError> {
@@ -205,11 +155,13 @@ impl Session for Link {
             return Ok(());
         }
         let open = self
+            .pipe
             .fill_reads()
             .map_err(|e| SessionError::Broken(e.to_string()))?;
         let mut used = 0;
         while !self.pending.is_empty() {
-            let parsed = resp::parse(&self.rbuf[used..]).map_err(|e| SessionError::Broken(e.0))?;
+            let parsed =
+                resp::parse(&self.pipe.rbuf[used..]).map_err(|e| SessionError::Broken(e.0))?;
             let Some((reply, n)) = parsed else {
                 break;
             };
@@ -238,8 +190,8 @@ impl Session for Link {
                 ),
             }
         }
-        self.rbuf.drain(..used);
-        if self.pending.is_empty() && !self.rbuf.is_empty() {
+        self.pipe.rbuf.drain(..used);
+        if self.pending.is_empty() && !self.pipe.rbuf.is_empty() {
             return Err(SessionError::Broken("a reply to no request".into()));
         }
         if !open {
