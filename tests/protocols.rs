@@ -124,6 +124,20 @@ fn postgres_loses_nothing_with_its_defaults_and_a_tail_without_synchronous_commi
 }
 
 #[test]
+fn postgres_with_a_password_logs_in_by_scram_and_cleartext_and_a_wrong_one_stops_its_cell() {
+    require_tool("initdb", "postgresql");
+    let run = soak_run("tests/suites/postgres-auth.yaml", &[]);
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    let cells = &run.summary().cells;
+    for c in &cells[..2] {
+        assert_eq!(c.verdict, Verdict::Pass, "{}: {:?}", c.id, c.error);
+        assert!(c.integrity.verified > 100, "{}", c.id);
+    }
+    let err = cells[2].error.clone().unwrap();
+    assert!(err.contains("refused soak") && err.contains("28P01"), "{err}");
+}
+
+#[test]
 fn s3rver_through_s3s_api_keeps_every_acknowledged_object_across_kills() {
     let s3rver = common::npm_module("s3rver@3.7.1");
     let path = format!(
