@@ -262,6 +262,8 @@ struct Compiled {
     path: Template,
     body: Option<Template>,
     headers: Vec<(hyper::header::HeaderName, Template)>,
+    /// The headers without placeholders, made once.
+    fixed: hyper::HeaderMap,
 }
 
 impl Compiled {
@@ -277,7 +279,7 @@ impl Compiled {
             .as_deref()
             .map(|b| Template::compile(b, write))
             .transpose()?;
-        let mut headers = vec![];
+        let (mut headers, mut fixed) = (vec![], hyper::HeaderMap::new());
         for (k, v) in common
             .iter()
             .filter(|(k, _)| !r.headers.iter().any(|(own, _)| own.eq_ignore_ascii_case(k)))
@@ -285,19 +287,27 @@ impl Compiled {
         {
             let name = hyper::header::HeaderName::from_bytes(k.as_bytes())
                 .map_err(|_| format!("{k:?} is not a header name"))?;
-            headers.push((name, Template::compile(v, write)?));
+            let t = Template::compile(v, write)?;
+            if t.0.iter().all(|p| matches!(p, Piece::Text(_))) {
+                let value = hyper::header::HeaderValue::from_str(v)
+                    .map_err(|_| format!("{v:?} is not a header value"))?;
+                fixed.append(name, value);
+            } else {
+                headers.push((name, t));
+            }
         }
         Ok(Compiled {
             method,
             path,
             body,
             headers,
+            fixed,
         })
     }
 
     fn build(
         &self,
-        host: &str,
+        host: &hyper::header::HeaderValue,
         key: usize,
         value: Option<&super::Value>,
     ) -> Result<hyper::Request<Full<Bytes>>, String> {
@@ -305,21 +315,27 @@ impl Compiled {
         Ledger::write_key(&mut name, key);
         let mut path = Vec::with_capacity(64);
         self.path.render(&name, None, &mut path);
-        let mut b = hyper::Request::builder()
-            .method(self.method.clone())
-            .uri(String::from_utf8_lossy(&path).as_ref())
-            .header(hyper::header::HOST, host);
-        for (k, v) in &self.headers {
-            let mut out = vec![];
-            v.render(&name, value, &mut out);
-            b = b.header(k, out);
-        }
         let mut body = vec![];
         if let Some(t) = &self.body {
             t.render(&name, value, &mut body);
         }
-        b.body(Full::new(Bytes::from(body)))
-            .map_err(|e| format!("cannot make the request: {e}"))
+        let mut req = hyper::Request::new(Full::new(Bytes::from(body)));
+        *req.method_mut() = self.method.clone();
+        *req.uri_mut() = hyper::Uri::from_maybe_shared(Bytes::from(path))
+            .map_err(|e| format!("cannot make the request: {e}"))?;
+        let headers = req.headers_mut();
+        headers.clone_from(&self.fixed);
+        if !headers.contains_key(hyper::header::HOST) {
+            headers.insert(hyper::header::HOST, host.clone());
+        }
+        for (k, v) in &self.headers {
+            let mut out = vec![];
+            v.render(&name, value, &mut out);
+            let v = hyper::header::HeaderValue::from_maybe_shared(Bytes::from(out))
+                .map_err(|e| format!("cannot make the request: {e}"))?;
+            headers.append(k, v);
+        }
+        Ok(req)
     }
 }
 
@@ -331,6 +347,8 @@ pub struct Http {
 
 #[derive(Debug, Clone)]
 struct Requests {
+    /// The `Host` header.
+    host: hyper::header::HeaderValue,
     write: Compiled,
     read: Compiled,
     delete: Option<Compiled>,
@@ -357,6 +375,8 @@ impl Http {
             return Err("write: the request carries no `${value}` (or `${value.base64}`, `${value.hex}`) in its body or headers".into());
         }
         Ok(Requests {
+            host: hyper::header::HeaderValue::from_str(&spec.host)
+                .map_err(|_| format!("{:?} is not a host", spec.host))?,
             write,
             read: Compiled::new(&spec.read, &spec.headers, false)
                 .map_err(|e| format!("read: {e}"))?,
@@ -409,15 +429,14 @@ impl Protocol for Http {
                 })?
                 .map_err(|e| SessionError::Broken(format!("cannot connect to {target}: {e}")))?;
             let _ = stream.set_nodelay(true);
-            let (mut sender, conn) =
+            let (mut sender, mut conn) =
                 hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
                     .await
                     .map_err(|e| SessionError::Broken(format!("{target}: {e}")))?;
-            tokio::spawn(async move {
-                let _ = conn.await;
-            });
             for s in &requests.setup {
-                let req = s.build(&spec.host, 0, None).map_err(SessionError::Fatal)?;
+                let req = s
+                    .build(&requests.host, 0, None)
+                    .map_err(SessionError::Fatal)?;
                 let work = async {
                     sender.ready().await?;
                     let r = sender.send_request(req).await?;
@@ -425,16 +444,28 @@ impl Protocol for Http {
                     let _ = r.into_body().collect().await;
                     Ok::<u16, hyper::Error>(status)
                 };
+                // The connection is driven here, as the session drives it
+                // later: no task of its own, no wake-up across tasks.
+                let work = async {
+                    tokio::select! {
+                        r = work => r.map_err(|e| format!("setup: {e}")),
+                        r = &mut conn => Err(match r {
+                            Ok(()) => "setup: the node closed the connection".to_string(),
+                            Err(e) => format!("setup: {e}"),
+                        }),
+                    }
+                };
                 let status = tokio::time::timeout(timeout, work)
                     .await
                     .map_err(|_| SessionError::Broken("setup: no reply".into()))?
-                    .map_err(|e| SessionError::Broken(format!("setup: {e}")))?;
+                    .map_err(SessionError::Broken)?;
                 if status >= 500 {
                     return Err(SessionError::Broken(format!("setup answered {status}")));
                 }
             }
             Ok(Box::new(Conn {
                 sender,
+                conn: Some(conn),
                 spec,
                 requests,
                 queue: VecDeque::new(),
@@ -462,8 +493,16 @@ type Reply = Result<(u16, Bytes), String>;
 type Built = Result<hyper::Request<Full<Bytes>>, String>;
 type Exchange = Pin<Box<dyn Future<Output = Reply> + Send>>;
 
+type Connection = hyper::client::conn::http1::Connection<
+    hyper_util::rt::TokioIo<tokio::net::TcpStream>,
+    Full<Bytes>,
+>;
+
 struct Conn {
     sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    /// The connection's I/O, polled in [`Session::poll_progress`] (`None`
+    /// once it ended).
+    conn: Option<Connection>,
     spec: Spec,
     requests: Requests,
     queue: VecDeque<(u64, Kind, Built)>,
@@ -474,7 +513,7 @@ struct Conn {
 
 impl Session for Conn {
     fn submit(&mut self, id: u64, request: Request<'_>) {
-        let host = &self.spec.host;
+        let host = &self.requests.host;
         let (kind, built) = match request {
             Request::Set { key, value } => (
                 Kind::Write,
@@ -507,6 +546,14 @@ impl Session for Conn {
 
     fn poll_progress(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
+            if let Some(conn) = self.conn.as_mut() {
+                if let Poll::Ready(r) = Pin::new(conn).poll(cx) {
+                    self.conn = None;
+                    if let Err(e) = r {
+                        self.broken.get_or_insert(crate::net::error_chain(&e));
+                    }
+                }
+            }
             if self.broken.is_some() {
                 return Poll::Ready(());
             }
@@ -604,18 +651,26 @@ fn extract(e: &Extract, body: &[u8]) -> Result<Option<Vec<u8>>, String> {
     let (raw, decode) = match e {
         Extract::Body { decode } => (body.to_vec(), *decode),
         Extract::Json { pointer, decode } => {
-            let json: serde_json::Value = serde_json::from_slice(body).map_err(|err| {
-                format!(
-                    "the reply is not JSON ({err}): {:?}",
-                    String::from_utf8_lossy(&body[..body.len().min(100)])
-                )
-            })?;
-            match json.pointer(pointer) {
-                None | Some(serde_json::Value::Null) => return Ok(None),
-                Some(serde_json::Value::String(s)) => (s.as_bytes().to_vec(), *decode),
-                Some(other) => {
+            let tokens: Vec<String> = pointer
+                .split('/')
+                .skip(1)
+                .map(|t| t.replace("~1", "/").replace("~0", "~"))
+                .collect();
+            let mut de = serde_json::Deserializer::from_slice(body);
+            let found = serde::de::DeserializeSeed::deserialize(json_at::At(&tokens), &mut de)
+                .and_then(|f| de.end().map(|_| f))
+                .map_err(|err| {
+                    format!(
+                        "the reply is not JSON ({err}): {:?}",
+                        String::from_utf8_lossy(&body[..body.len().min(100)])
+                    )
+                })?;
+            match found {
+                json_at::Found::Nothing => return Ok(None),
+                json_at::Found::Text(s) => (s, *decode),
+                json_at::Found::Other(what) => {
                     return Err(format!(
-                        "{pointer} is {other}, not a string: point at the value"
+                        "{pointer} is {what}, not a string: point at the value"
                     ))
                 }
             }
@@ -638,6 +693,128 @@ fn extract(e: &Extract, body: &[u8]) -> Result<Option<Vec<u8>>, String> {
                 .map_err(|_| "the value is not hex".to_string())?
         }
     }))
+}
+
+/// What a JSON pointer points at, found while the reply is parsed: the
+/// rest of the document is skipped, not built into a tree (a read's reply
+/// is parsed once per request, in the load's hot path).
+mod json_at {
+    use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use std::fmt;
+
+    pub enum Found {
+        Nothing,
+        Text(Vec<u8>),
+        /// Something else: what it is, for the message.
+        Other(&'static str),
+    }
+
+    /// The pointer's tokens still to follow.
+    pub struct At<'p>(pub &'p [String]);
+
+    impl<'de> DeserializeSeed<'de> for At<'_> {
+        type Value = Found;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Found, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    /// Whether a key is the token looked for.
+    struct Is<'p>(&'p str);
+
+    impl<'de> DeserializeSeed<'de> for Is<'_> {
+        type Value = bool;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Is<'_> {
+        type Value = bool;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a key")
+        }
+        fn visit_str<E>(self, v: &str) -> Result<bool, E> {
+            Ok(v == self.0)
+        }
+    }
+
+    impl<'de> Visitor<'de> for At<'_> {
+        type Value = Found;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_str<E>(self, v: &str) -> Result<Found, E> {
+            Ok(match self.0 {
+                [] => Found::Text(v.as_bytes().to_vec()),
+                _ => Found::Nothing,
+            })
+        }
+        fn visit_unit<E>(self) -> Result<Found, E> {
+            Ok(Found::Nothing)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Found, E> {
+            Ok(self.leaf("a boolean"))
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Found, E> {
+            Ok(self.leaf("a number"))
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Found, E> {
+            Ok(self.leaf("a number"))
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Found, E> {
+            Ok(self.leaf("a number"))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Found, A::Error> {
+            let mut found = self.leaf("an object");
+            if let [token, rest @ ..] = self.0 {
+                while let Some(is) = map.next_key_seed(Is(token))? {
+                    if is {
+                        found = map.next_value_seed(At(rest))?;
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(found)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Found, A::Error> {
+            let mut found = self.leaf("an array");
+            if let [token, rest @ ..] = self.0 {
+                // RFC 6901: an index is `0` or has no leading zero.
+                let index = token
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|_| token == "0" || !token.starts_with('0'));
+                let mut i = 0;
+                loop {
+                    if Some(i) == index {
+                        match seq.next_element_seed(At(rest))? {
+                            Some(f) => found = f,
+                            None => break,
+                        }
+                    } else if seq.next_element::<IgnoredAny>()?.is_none() {
+                        break;
+                    }
+                    i += 1;
+                }
+            }
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(found)
+        }
+    }
+
+    impl At<'_> {
+        /// A value that is not a string: the answer if the pointer ends
+        /// here, nothing if it goes on.
+        fn leaf(&self, what: &'static str) -> Found {
+            match self.0 {
+                [] => Found::Other(what),
+                _ => Found::Nothing,
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -691,6 +868,21 @@ mod tests {
         // etcd's range of a missing key has no `kvs`.
         assert_eq!(extract(&at, br#"{"header":{}}"#).unwrap(), None);
         assert!(extract(&at, b"<html>").is_err());
+        // Found while parsing: other members before and after, the second
+        // element, an escaped key and string, and the rest still checked.
+        let deep = Extract::Json {
+            pointer: "/r/1/a~1b".into(),
+            decode: Decode::None,
+        };
+        let body =
+            br#"{"x":[1,{"y":null}],"r":[{"a/b":"no"},{"z":true,"a/b":"\u0041\"q"}],"t":{}}"#;
+        assert_eq!(extract(&deep, body).unwrap(), Some(b"A\"q".to_vec()));
+        assert_eq!(extract(&deep, br#"{"r":[{}]}"#).unwrap(), None);
+        assert_eq!(extract(&deep, br#"{"r":[{},{"a/b":null}]}"#).unwrap(), None);
+        let e = extract(&deep, br#"{"r":[{},{"a/b":7}]}"#).unwrap_err();
+        assert!(e.contains("is a number, not a string"), "{e}");
+        assert!(extract(&deep, br#"{"r":[{},{"a/b":"v"}]} trailing"#).is_err());
+        assert!(extract(&deep, br#"{"r":[{},{"a/b":"v"}"#).is_err());
         let whole = Extract::Body {
             decode: Decode::None,
         };
