@@ -56,6 +56,16 @@ fn wait_for(port: u16) {
     panic!("nothing listens on {port}");
 }
 
+/// CPU seconds used so far by this process (`libc::RUSAGE_SELF`) or by
+/// its children that have been waited for (`RUSAGE_CHILDREN`: a peer
+/// tool that ran to its end; the servers still run).
+fn cpu(who: i32) -> f64 {
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(who, &mut u) };
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    s(u.ru_utime) + s(u.ru_stime)
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -120,13 +130,41 @@ fn etcd_spec(port: u16) -> protocol::Spec {
     }))
 }
 
-/// wrk's requests per second: one POST of `body` to `path`, over and over.
+/// wrk's requests per second: POSTs to `path` of `body` (a Lua
+/// expression of `key`, the base64 of `soak:N`) for keys drawn uniformly
+/// from soak's key space, as soak's load draws them (one hot key would
+/// make etcd's work lighter than soak's). The requests are made in Lua's
+/// `init`, so drawing one costs wrk a table lookup.
 fn wrk(port: u16, path: &str, body: &str, secs: f64, dir: &Path) -> f64 {
     let script = dir.join("post.lua");
     std::fs::write(
         &script,
         format!(
-            "wrk.method = \"POST\"\nwrk.body = '{body}'\nwrk.headers[\"Content-Type\"] = \"application/json\"\n"
+            r#"local chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+local function b64(s)
+  return ((s:gsub(".", function(x)
+    local r, b = "", x:byte()
+    for i = 8, 1, -1 do r = r .. (b % 2 ^ i - b % 2 ^ (i - 1) > 0 and "1" or "0") end
+    return r
+  end) .. "0000"):gsub("%d%d%d?%d?%d?%d?", function(x)
+    if #x < 6 then return "" end
+    local c = 0
+    for i = 1, 6 do c = c + (x:sub(i, i) == "1" and 2 ^ (6 - i) or 0) end
+    return chars:sub(c + 1, c + 1)
+  end) .. ({{"", "==", "="}})[#s % 3 + 1])
+end
+local requests = {{}}
+function init(args)
+  for n = 0, {keys} do
+    local key = b64("soak:" .. n)
+    requests[n] = wrk.format("POST", "{path}", {{["Content-Type"] = "application/json"}}, {body})
+  end
+end
+function request()
+  return requests[math.random(0, {keys})]
+end
+"#,
+            keys = KEYS - 1,
         ),
     )
     .unwrap();
@@ -134,7 +172,7 @@ fn wrk(port: u16, path: &str, body: &str, secs: f64, dir: &Path) -> f64 {
         .args(["-t1", &format!("-c{CONNECTIONS}"), &format!("-d{secs}s")])
         .arg("-s")
         .arg(&script)
-        .arg(format!("http://127.0.0.1:{port}{path}"))
+        .arg(format!("http://127.0.0.1:{port}"))
         .output()
         .expect("wrk runs");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -176,32 +214,40 @@ async fn http_vs_wrk(secs: f64) {
     let (filled, _) = reads.fill().await;
     assert_eq!(filled, KEYS as u64, "etcd took every key");
     let mut writes = Engine::new(config(etcd_spec(port), 0.0));
-    let key = "c29hazox"; // base64("soak:1")
-                          // A valid base64 value of VALUE bytes ("aaa" is "YWFh"): etcd's
-                          // gateway answers 400 to anything else, and wrk counts those too.
+    // A valid base64 value of VALUE bytes ("aaa" is "YWFh"): etcd's
+    // gateway answers 400 to anything else, and wrk counts those too.
     let value = format!("{}YQ==", "YWFh".repeat(VALUE / 3));
-    println!("\n| etcd v3 gateway | wrk ops/s | soak ops/s | soak / wrk |\n|---|---:|---:|---:|");
+    println!("\n| etcd v3 gateway | wrk ops/s | soak ops/s | soak / wrk | wrk CPU µs/op | soak CPU µs/op |\n|---|---:|---:|---:|---:|---:|");
     for (name, engine, path, body) in [
         (
             "range (read)",
             &mut reads,
             "/v3/kv/range",
-            format!(r#"{{"key":"{key}"}}"#),
+            r#"'{"key":"' .. key .. '"}'"#.to_string(),
         ),
         (
             "put (write)",
             &mut writes,
             "/v3/kv/put",
-            format!(r#"{{"key":"{key}","value":"{value}"}}"#),
+            format!(r#"'{{"key":"' .. key .. '","value":"{value}"}}'"#),
         ),
     ] {
-        let (mut theirs, mut ours) = (vec![], vec![]);
+        let (mut theirs, mut ours, mut their_cpu, mut our_cpu) = (vec![], vec![], 0.0, 0.0);
         for _ in 0..ROUNDS {
+            let before = cpu(libc::RUSAGE_CHILDREN);
             theirs.push(wrk(port, path, &body, secs, dir.path()));
+            their_cpu += cpu(libc::RUSAGE_CHILDREN) - before;
+            let before = cpu(libc::RUSAGE_SELF);
             ours.push(soak(engine, secs).await);
+            our_cpu += cpu(libc::RUSAGE_SELF) - before;
         }
+        let ops = |v: &[f64]| v.iter().sum::<f64>() * secs;
+        let (per_theirs, per_ours) = (their_cpu / ops(&theirs) * 1e6, our_cpu / ops(&ours) * 1e6);
         let (t, o) = (median(theirs), median(ours));
-        println!("| {name} | {t:.0} | {o:.0} | {:.2}x |", o / t);
+        println!(
+            "| {name} | {t:.0} | {o:.0} | {:.2}x | {per_theirs:.1} | {per_ours:.1} |",
+            o / t
+        );
     }
 }
 
