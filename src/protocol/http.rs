@@ -12,15 +12,13 @@
 //! `connections`, and a read-back opens several sessions.
 
 use std::collections::VecDeque;
-use std::future::Future;
-use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use base64::Engine as _;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
 use serde::{Deserialize, Serialize};
 
+use super::http_wire as wire;
+use super::pipe::Pipe;
 use super::{Caps, Connecting, Outcome, Protocol, Request, Session, SessionError};
 use crate::oracle::Ledger;
 
@@ -258,18 +256,25 @@ fn encode(e: Encoding, bytes: &[u8], out: &mut Vec<u8>) {
 /// A request's template, compiled.
 #[derive(Debug, Clone)]
 struct Compiled {
-    method: hyper::Method,
+    method: String,
     path: Template,
     body: Option<Template>,
-    headers: Vec<(hyper::header::HeaderName, Template)>,
-    /// The headers without placeholders, made once.
-    fixed: hyper::HeaderMap,
+    headers: Vec<(String, Template)>,
+    /// The header lines without placeholders (`Host` among them),
+    /// written once.
+    fixed: Vec<u8>,
 }
 
 impl Compiled {
-    fn new(r: &RequestSpec, common: &[(String, String)], write: bool) -> Result<Compiled, String> {
+    fn new(
+        r: &RequestSpec,
+        host: &str,
+        common: &[(String, String)],
+        write: bool,
+    ) -> Result<Compiled, String> {
         let method = hyper::Method::from_bytes(r.method.to_ascii_uppercase().as_bytes())
-            .map_err(|_| format!("{:?} is not an HTTP method", r.method))?;
+            .map_err(|_| format!("{:?} is not an HTTP method", r.method))?
+            .to_string();
         let path = Template::compile(&r.path, false)?;
         if !r.path.starts_with('/') {
             return Err(format!("{:?}: give the path from `/`", r.path));
@@ -279,22 +284,31 @@ impl Compiled {
             .as_deref()
             .map(|b| Template::compile(b, write))
             .transpose()?;
-        let (mut headers, mut fixed) = (vec![], hyper::HeaderMap::new());
+        let (mut headers, mut fixed) = (vec![], vec![]);
+        let mut own_host = false;
         for (k, v) in common
             .iter()
             .filter(|(k, _)| !r.headers.iter().any(|(own, _)| own.eq_ignore_ascii_case(k)))
             .chain(&r.headers)
         {
-            let name = hyper::header::HeaderName::from_bytes(k.as_bytes())
+            hyper::header::HeaderName::from_bytes(k.as_bytes())
                 .map_err(|_| format!("{k:?} is not a header name"))?;
+            if ["content-length", "transfer-encoding"].contains(&k.to_ascii_lowercase().as_str()) {
+                return Err(format!("{k:?}: soak frames the body itself; leave it out"));
+            }
+            own_host |= k.eq_ignore_ascii_case("host");
             let t = Template::compile(v, write)?;
             if t.0.iter().all(|p| matches!(p, Piece::Text(_))) {
-                let value = hyper::header::HeaderValue::from_str(v)
-                    .map_err(|_| format!("{v:?} is not a header value"))?;
-                fixed.append(name, value);
+                if !wire::header_value_ok(v.as_bytes()) {
+                    return Err(format!("{v:?} is not a header value"));
+                }
+                fixed.extend_from_slice(format!("{k}: {v}\r\n").as_bytes());
             } else {
-                headers.push((name, t));
+                headers.push((k.clone(), t));
             }
+        }
+        if !own_host {
+            fixed.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
         }
         Ok(Compiled {
             method,
@@ -305,37 +319,60 @@ impl Compiled {
         })
     }
 
-    fn build(
+    /// Writes the request for `key` (and the value, for a write) to
+    /// `out`, or says why it cannot be made (and writes nothing).
+    fn encode(
         &self,
-        host: &hyper::header::HeaderValue,
         key: usize,
         value: Option<&super::Value>,
-    ) -> Result<hyper::Request<Full<Bytes>>, String> {
+        out: &mut Vec<u8>,
+        body: &mut Vec<u8>,
+    ) -> Result<(), String> {
         let mut name = Vec::with_capacity(24);
         Ledger::write_key(&mut name, key);
-        let mut path = Vec::with_capacity(64);
-        self.path.render(&name, None, &mut path);
-        let mut body = vec![];
+        let start = out.len();
+        let fail = |out: &mut Vec<u8>, why: String| {
+            out.truncate(start);
+            Err(why)
+        };
+        out.extend_from_slice(self.method.as_bytes());
+        out.push(b' ');
+        let path = out.len();
+        self.path.render(&name, None, out);
+        if out[path..].iter().any(|b| *b <= b' ' || *b == 0x7f) {
+            let p = String::from_utf8_lossy(&out[path..]).into_owned();
+            return fail(
+                out,
+                format!("the path {p:?} has spaces or controls: use ${{key.url}}"),
+            );
+        }
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+        out.extend_from_slice(&self.fixed);
+        for (k, t) in &self.headers {
+            out.extend_from_slice(k.as_bytes());
+            out.extend_from_slice(b": ");
+            let v = out.len();
+            t.render(&name, value, out);
+            if !wire::header_value_ok(&out[v..]) {
+                return fail(
+                    out,
+                    format!("header {k}: a value with line breaks or controls"),
+                );
+            }
+            out.extend_from_slice(b"\r\n");
+        }
+        body.clear();
         if let Some(t) = &self.body {
-            t.render(&name, value, &mut body);
+            t.render(&name, value, body);
+            out.extend_from_slice(format!("Content-Length: {}\r\n", body.len()).as_bytes());
         }
-        let mut req = hyper::Request::new(Full::new(Bytes::from(body)));
-        *req.method_mut() = self.method.clone();
-        *req.uri_mut() = hyper::Uri::from_maybe_shared(Bytes::from(path))
-            .map_err(|e| format!("cannot make the request: {e}"))?;
-        let headers = req.headers_mut();
-        headers.clone_from(&self.fixed);
-        if !headers.contains_key(hyper::header::HOST) {
-            headers.insert(hyper::header::HOST, host.clone());
-        }
-        for (k, v) in &self.headers {
-            let mut out = vec![];
-            v.render(&name, value, &mut out);
-            let v = hyper::header::HeaderValue::from_maybe_shared(Bytes::from(out))
-                .map_err(|e| format!("cannot make the request: {e}"))?;
-            headers.append(k, v);
-        }
-        Ok(req)
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(body);
+        Ok(())
+    }
+
+    fn is_head(&self) -> bool {
+        self.method == "HEAD"
     }
 }
 
@@ -347,8 +384,6 @@ pub struct Http {
 
 #[derive(Debug, Clone)]
 struct Requests {
-    /// The `Host` header.
-    host: hyper::header::HeaderValue,
     write: Compiled,
     read: Compiled,
     delete: Option<Compiled>,
@@ -367,29 +402,27 @@ impl Http {
     }
 
     fn compile(spec: &Spec) -> Result<Requests, String> {
-        let write =
-            Compiled::new(&spec.write, &spec.headers, true).map_err(|e| format!("write: {e}"))?;
+        let write = Compiled::new(&spec.write, &spec.host, &spec.headers, true)
+            .map_err(|e| format!("write: {e}"))?;
         if !write.body.as_ref().is_some_and(Template::uses_value)
             && !write.headers.iter().any(|(_, t)| t.uses_value())
         {
             return Err("write: the request carries no `${value}` (or `${value.base64}`, `${value.hex}`) in its body or headers".into());
         }
         Ok(Requests {
-            host: hyper::header::HeaderValue::from_str(&spec.host)
-                .map_err(|_| format!("{:?} is not a host", spec.host))?,
             write,
-            read: Compiled::new(&spec.read, &spec.headers, false)
+            read: Compiled::new(&spec.read, &spec.host, &spec.headers, false)
                 .map_err(|e| format!("read: {e}"))?,
             delete: spec
                 .delete
                 .as_ref()
-                .map(|d| Compiled::new(d, &spec.headers, false))
+                .map(|d| Compiled::new(d, &spec.host, &spec.headers, false))
                 .transpose()
                 .map_err(|e| format!("delete: {e}"))?,
             setup: spec
                 .setup
                 .iter()
-                .map(|s| Compiled::new(s, &spec.headers, false))
+                .map(|s| Compiled::new(s, &spec.host, &spec.headers, false))
                 .collect::<Result<_, _>>()
                 .map_err(|e| format!("setup: {e}"))?,
         })
@@ -413,65 +446,30 @@ impl Protocol for Http {
     }
 
     fn connect(&self, t: super::Timeouts) -> Connecting {
-        let timeout = t.request;
         let spec = self.spec.clone();
         let requests = self.compiled.clone();
         Box::pin(async move {
             let requests = requests.map_err(SessionError::Fatal)?;
-            let target = spec.target.clone();
-            let stream = tokio::time::timeout(t.connect, tokio::net::TcpStream::connect(&target))
-                .await
-                .map_err(|_| {
-                    SessionError::Broken(format!(
-                        "no connection to {target} within {:?}",
-                        t.connect
-                    ))
-                })?
-                .map_err(|e| SessionError::Broken(format!("cannot connect to {target}: {e}")))?;
-            let _ = stream.set_nodelay(true);
-            let (mut sender, mut conn) =
-                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                    .await
-                    .map_err(|e| SessionError::Broken(format!("{target}: {e}")))?;
+            let mut pipe = Pipe::connect(&spec.target, t.connect).await?;
+            let mut scratch = vec![];
             for s in &requests.setup {
-                let req = s
-                    .build(&requests.host, 0, None)
+                s.encode(0, None, &mut pipe.wbuf, &mut scratch)
                     .map_err(SessionError::Fatal)?;
-                let work = async {
-                    sender.ready().await?;
-                    let r = sender.send_request(req).await?;
-                    let status = r.status().as_u16();
-                    let _ = r.into_body().collect().await;
-                    Ok::<u16, hyper::Error>(status)
-                };
-                // The connection is driven here, as the session drives it
-                // later: no task of its own, no wake-up across tasks.
-                let work = async {
-                    tokio::select! {
-                        r = work => r.map_err(|e| format!("setup: {e}")),
-                        r = &mut conn => Err(match r {
-                            Ok(()) => "setup: the node closed the connection".to_string(),
-                            Err(e) => format!("setup: {e}"),
-                        }),
-                    }
-                };
-                let status = tokio::time::timeout(timeout, work)
+                let status = tokio::time::timeout(t.request, exchange(&mut pipe, s.is_head()))
                     .await
                     .map_err(|_| SessionError::Broken("setup: no reply".into()))?
-                    .map_err(SessionError::Broken)?;
+                    .map_err(|e| SessionError::Broken(format!("setup: {e}")))?;
                 if status >= 500 {
                     return Err(SessionError::Broken(format!("setup answered {status}")));
                 }
             }
             Ok(Box::new(Conn {
-                sender,
-                conn: Some(conn),
+                pipe,
                 spec,
                 requests,
-                queue: VecDeque::new(),
-                in_flight: None,
-                done: VecDeque::new(),
-                broken: None,
+                scratch,
+                pending: VecDeque::new(),
+                refused: VecDeque::new(),
             }) as Box<dyn Session>)
         })
     }
@@ -488,140 +486,125 @@ enum Kind {
     Read,
 }
 
-type Reply = Result<(u16, Bytes), String>;
-/// A request made from its template, or why it could not be.
-type Built = Result<hyper::Request<Full<Bytes>>, String>;
-type Exchange = Pin<Box<dyn Future<Output = Reply> + Send>>;
+/// Sends what is in the write buffer and waits for the reply: its
+/// status (a connection's setup).
+async fn exchange(pipe: &mut Pipe, head: bool) -> Result<u16, SessionError> {
+    pipe.send_all().await?;
+    loop {
+        let eof = match pipe.read_more().await {
+            Ok(()) => false,
+            Err(_) if !pipe.rbuf.is_empty() => true,
+            Err(e) => return Err(e),
+        };
+        match wire::response(&pipe.rbuf, head, eof).map_err(SessionError::Broken)? {
+            Some(r) => {
+                let (status, len, closes) = (r.status, r.len, r.closes);
+                pipe.rbuf.drain(..len);
+                if closes {
+                    return Err(SessionError::Broken(format!(
+                        "{status}, and the server closed the connection"
+                    )));
+                }
+                return Ok(status);
+            }
+            None if eof => {
+                return Err(SessionError::Broken(
+                    "the node closed the connection".into(),
+                ))
+            }
+            None => {}
+        }
+    }
+}
 
-type Connection = hyper::client::conn::http1::Connection<
-    hyper_util::rt::TokioIo<tokio::net::TcpStream>,
-    Full<Bytes>,
->;
-
+/// One connection: requests go out as they are submitted, one at a time
+/// (the load's depth is 1: HTTP/1.1 without pipelining).
 struct Conn {
-    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
-    /// The connection's I/O, polled in [`Session::poll_progress`] (`None`
-    /// once it ended).
-    conn: Option<Connection>,
+    pipe: Pipe,
     spec: Spec,
     requests: Requests,
-    queue: VecDeque<(u64, Kind, Built)>,
-    in_flight: Option<(u64, Kind, Exchange)>,
-    done: VecDeque<(u64, Kind, Reply)>,
-    broken: Option<String>,
+    /// A body, rendered before its length is written.
+    scratch: Vec<u8>,
+    /// Sent, waiting for a reply: id, kind, whether it was a HEAD.
+    pending: VecDeque<(u64, Kind, bool)>,
+    /// Requests that could not be made (not sent, not done), and why.
+    refused: VecDeque<(u64, String)>,
 }
 
 impl Session for Conn {
     fn submit(&mut self, id: u64, request: Request<'_>) {
-        let host = &self.requests.host;
-        let (kind, built) = match request {
-            Request::Set { key, value } => (
-                Kind::Write,
-                self.requests.write.build(host, key, Some(&value)),
-            ),
-            Request::Del { key } => (
-                Kind::Delete,
-                match &self.requests.delete {
-                    Some(d) => d.build(host, key, None),
-                    None => Err("no `delete` request in the suite".into()),
-                },
-            ),
-            Request::Get { keys } => (
-                Kind::Read,
-                match keys {
-                    [k] => self.requests.read.build(host, *k, None),
-                    _ => Err("HTTP reads one key a request".into()),
-                },
-            ),
+        let r = &self.requests;
+        let (kind, compiled, key, value) = match request {
+            Request::Set { key, value } => (Kind::Write, Some(&r.write), key, Some(value)),
+            Request::Del { key } => (Kind::Delete, r.delete.as_ref(), key, None),
+            Request::Get { keys: [k] } => (Kind::Read, Some(&r.read), *k, None),
+            Request::Get { .. } => {
+                self.refused
+                    .push_back((id, "HTTP reads one key a request".into()));
+                return;
+            }
         };
-        self.queue.push_back((id, kind, built));
+        let Some(c) = compiled else {
+            self.refused
+                .push_back((id, "no `delete` request in the suite".into()));
+            return;
+        };
+        match c.encode(key, value.as_ref(), &mut self.pipe.wbuf, &mut self.scratch) {
+            Ok(()) => self.pending.push_back((id, kind, c.is_head())),
+            Err(e) => self.refused.push_back((id, e)),
+        }
     }
 
     fn flush(&mut self) -> Result<(), SessionError> {
-        match &self.broken {
-            Some(e) => Err(SessionError::Broken(e.clone())),
-            None => Ok(()),
-        }
+        self.pipe.flush()
     }
 
     fn poll_progress(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        loop {
-            if let Some(conn) = self.conn.as_mut() {
-                if let Poll::Ready(r) = Pin::new(conn).poll(cx) {
-                    self.conn = None;
-                    if let Err(e) = r {
-                        self.broken.get_or_insert(crate::net::error_chain(&e));
-                    }
-                }
-            }
-            if self.broken.is_some() {
-                return Poll::Ready(());
-            }
-            if let Some((id, kind, exchange)) = self.in_flight.as_mut() {
-                match exchange.as_mut().poll(cx) {
-                    Poll::Ready(r) => {
-                        self.done.push_back((*id, *kind, r));
-                        self.in_flight = None;
-                        continue;
-                    }
-                    Poll::Pending => break,
-                }
-            }
-            if self.queue.is_empty() {
-                break;
-            }
-            match self.sender.poll_ready(cx) {
-                Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(e)) => {
-                    self.broken = Some(e.to_string());
-                    return Poll::Ready(());
-                }
-                Poll::Pending => break,
-            }
-            let (id, kind, built) = self.queue.pop_front().expect("checked");
-            match built {
-                Ok(req) => {
-                    let sent = self.sender.send_request(req);
-                    let exchange: Exchange = Box::pin(async move {
-                        let r = sent.await.map_err(|e| crate::net::error_chain(&e))?;
-                        let status = r.status().as_u16();
-                        let body = r
-                            .into_body()
-                            .collect()
-                            .await
-                            .map_err(|e| format!("reading the body: {e}"))?
-                            .to_bytes();
-                        Ok((status, body))
-                    });
-                    self.in_flight = Some((id, kind, exchange));
-                }
-                Err(e) => self.done.push_back((id, kind, Err(format!("!{e}")))),
-            }
+        if !self.refused.is_empty() {
+            return Poll::Ready(());
         }
-        if self.done.is_empty() {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
+        self.pipe.poll_progress(cx, !self.pending.is_empty())
     }
 
     fn drain(&mut self, done: &mut dyn FnMut(u64, Outcome<'_>)) -> Result<(), SessionError> {
-        while let Some((id, kind, reply)) = self.done.pop_front() {
-            let (status, body) = match reply {
-                Ok(r) => r,
-                // A request that could not be made: not sent, not done.
-                Err(e) if e.starts_with('!') => {
-                    done(id, Outcome::NotDone(&e[1..]));
-                    continue;
-                }
-                Err(e) => {
-                    self.broken = Some(e);
-                    break;
-                }
-            };
-            judge(&self.spec, kind, status, &body, &mut |o| done(id, o));
+        while let Some((id, why)) = self.refused.pop_front() {
+            done(id, Outcome::NotDone(&why));
         }
-        self.flush()
+        self.flush()?;
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let open = self
+            .pipe
+            .fill_reads()
+            .map_err(|e| SessionError::Broken(e.to_string()))?;
+        let mut used = 0;
+        let mut closed = false;
+        while let Some(&(id, kind, head)) = self.pending.front() {
+            let buf = &self.pipe.rbuf[used..];
+            let Some(r) = wire::response(buf, head, !open).map_err(SessionError::Broken)? else {
+                break;
+            };
+            used += r.len;
+            self.pending.pop_front();
+            judge(&self.spec, kind, r.status, r.body.bytes(), &mut |o| {
+                done(id, o)
+            });
+            if r.closes {
+                closed = true;
+                break;
+            }
+        }
+        self.pipe.rbuf.drain(..used);
+        if closed || !open {
+            return Err(SessionError::Broken(
+                "the node closed the connection".into(),
+            ));
+        }
+        if self.pending.is_empty() && !self.pipe.rbuf.is_empty() {
+            return Err(SessionError::Broken("a reply to no request".into()));
+        }
+        Ok(())
     }
 }
 
@@ -651,13 +634,8 @@ fn extract(e: &Extract, body: &[u8]) -> Result<Option<Vec<u8>>, String> {
     let (raw, decode) = match e {
         Extract::Body { decode } => (body.to_vec(), *decode),
         Extract::Json { pointer, decode } => {
-            let tokens: Vec<String> = pointer
-                .split('/')
-                .skip(1)
-                .map(|t| t.replace("~1", "/").replace("~0", "~"))
-                .collect();
             let mut de = serde_json::Deserializer::from_slice(body);
-            let found = serde::de::DeserializeSeed::deserialize(json_at::At(&tokens), &mut de)
+            let found = serde::de::DeserializeSeed::deserialize(json_at::At(pointer), &mut de)
                 .and_then(|f| de.end().map(|_| f))
                 .map_err(|err| {
                     format!(
@@ -709,8 +687,17 @@ mod json_at {
         Other(&'static str),
     }
 
-    /// The pointer's tokens still to follow.
-    pub struct At<'p>(pub &'p [String]);
+    /// The rest of the pointer to follow (`""`: here).
+    pub struct At<'p>(pub &'p str);
+
+    impl<'p> At<'p> {
+        /// The next token, still escaped, and the pointer after it.
+        fn split(&self) -> Option<(&'p str, At<'p>)> {
+            let p = self.0.strip_prefix('/')?;
+            let (token, rest) = p.split_at(p.find('/').unwrap_or(p.len()));
+            Some((token, At(rest)))
+        }
+    }
 
     impl<'de> DeserializeSeed<'de> for At<'_> {
         type Value = Found;
@@ -719,7 +706,8 @@ mod json_at {
         }
     }
 
-    /// Whether a key is the token looked for.
+    /// Whether a key is the token looked for (as written in the pointer:
+    /// `~1` for `/`, `~0` for `~`).
     struct Is<'p>(&'p str);
 
     impl<'de> DeserializeSeed<'de> for Is<'_> {
@@ -735,7 +723,11 @@ mod json_at {
             f.write_str("a key")
         }
         fn visit_str<E>(self, v: &str) -> Result<bool, E> {
-            Ok(v == self.0)
+            Ok(if self.0.contains('~') {
+                v == self.0.replace("~1", "/").replace("~0", "~")
+            } else {
+                v == self.0
+            })
         }
     }
 
@@ -746,7 +738,7 @@ mod json_at {
         }
         fn visit_str<E>(self, v: &str) -> Result<Found, E> {
             Ok(match self.0 {
-                [] => Found::Text(v.as_bytes().to_vec()),
+                "" => Found::Text(v.as_bytes().to_vec()),
                 _ => Found::Nothing,
             })
         }
@@ -767,10 +759,10 @@ mod json_at {
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Found, A::Error> {
             let mut found = self.leaf("an object");
-            if let [token, rest @ ..] = self.0 {
+            if let Some((token, rest)) = self.split() {
                 while let Some(is) = map.next_key_seed(Is(token))? {
                     if is {
-                        found = map.next_value_seed(At(rest))?;
+                        found = map.next_value_seed(At(rest.0))?;
                     } else {
                         map.next_value::<IgnoredAny>()?;
                     }
@@ -781,7 +773,7 @@ mod json_at {
         }
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Found, A::Error> {
             let mut found = self.leaf("an array");
-            if let [token, rest @ ..] = self.0 {
+            if let Some((token, rest)) = self.split() {
                 // RFC 6901: an index is `0` or has no leading zero.
                 let index = token
                     .parse::<usize>()
@@ -790,7 +782,7 @@ mod json_at {
                 let mut i = 0;
                 loop {
                     if Some(i) == index {
-                        match seq.next_element_seed(At(rest))? {
+                        match seq.next_element_seed(At(rest.0))? {
                             Some(f) => found = f,
                             None => break,
                         }
@@ -810,7 +802,7 @@ mod json_at {
         /// here, nothing if it goes on.
         fn leaf(&self, what: &'static str) -> Found {
             match self.0 {
-                [] => Found::Other(what),
+                "" => Found::Other(what),
                 _ => Found::Nothing,
             }
         }

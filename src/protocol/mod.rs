@@ -18,6 +18,7 @@
 
 pub mod adapter;
 pub mod http;
+mod http_wire;
 mod pipe;
 pub mod postgres;
 pub mod resp;
