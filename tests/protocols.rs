@@ -134,7 +134,10 @@ fn postgres_with_a_password_logs_in_by_scram_and_cleartext_and_a_wrong_one_stops
         assert!(c.integrity.verified > 100, "{}", c.id);
     }
     let err = cells[2].error.clone().unwrap();
-    assert!(err.contains("refused soak") && err.contains("28P01"), "{err}");
+    assert!(
+        err.contains("refused soak") && err.contains("28P01"),
+        "{err}"
+    );
 }
 
 #[test]
