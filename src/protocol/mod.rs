@@ -10,11 +10,11 @@
 //! protocol touches this folder and the suite only.
 //!
 //! A session is polled, not awaited per request: the load keeps hundreds of
-//! requests in flight on one connection, and the RESP codec parses every
-//! reply in a read buffer in one pass ([`Session::drain`]), judging values
-//! where they lie, with no allocation per request. Protocols whose client
-//! is a future per request (HTTP on hyper, PostgreSQL on tokio-postgres)
-//! keep those futures inside their session.
+//! requests in flight on one connection, and the codecs (RESP, HTTP/1.1,
+//! PostgreSQL's wire protocol) encode requests into one write buffer and
+//! parse every reply in the read buffer in one pass ([`Session::drain`]),
+//! judging values where they lie, on one pipe ([`pipe`]). An adapter's
+//! session speaks JSON lines to a child process.
 
 pub mod adapter;
 pub mod http;
