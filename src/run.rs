@@ -880,8 +880,8 @@ fn expectation(expect: &crate::suite::Checks, results: &[CheckResult]) -> Expect
                 format!(
                     "{}: {} (limit {}{detail})",
                     r.name,
-                    crate::report::markdown::value_text(&r.value, &r.unit),
-                    crate::report::markdown::value_text(&r.limit, &r.unit)
+                    crate::report::text::value_text(&r.value, &r.unit),
+                    crate::report::text::value_text(&r.limit, &r.unit)
                 )
             })
             .collect(),

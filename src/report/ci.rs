@@ -11,7 +11,8 @@ use std::io;
 use std::path::Path;
 
 use super::charts::Charts;
-use super::markdown::{badge, chart_rss, code_span, mib_per_h, ms, table_text, value_text};
+use super::mermaid::chart_rss;
+use super::text::{badge, code_span, mib_per_h, ms, table_text, value_text};
 use super::{CellResult, CheckResult, Summary, Verdict};
 use crate::units::Bytes;
 
@@ -103,7 +104,7 @@ fn heading(s: &Summary) -> String {
     format!(
         "### soak: {} — {}\n\nRun {} of {} (seed {}), {}: {} cell{}, {}.\n\n",
         table_text(&s.suite),
-        super::markdown::run_badge(s),
+        super::text::run_badge(s),
         code_span(&s.run_id),
         code_span(&s.suite_file),
         s.seed,

@@ -237,7 +237,7 @@ fn groups(s: &Summary) -> Vec<(String, Vec<&CellResult>)> {
 /// range; it moved only where the two ranges do not overlap (the runs'
 /// own spread, not a fixed percentage). Counts and verdicts: the worst run.
 fn compare_repeats(id: &str, bs: &[&CellResult], hs: &[&CellResult], rows: &mut Vec<Row>) {
-    use super::markdown::Spread;
+    use crate::analysis::stats::Spread;
     let row = |what: &str, base: String, head: String, change, judgement| Row {
         cell: id.to_string(),
         what: what.to_string(),

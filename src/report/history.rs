@@ -288,7 +288,7 @@ pub fn markdown(runs: &[Run], found: &[Found], series: &[Series]) -> String {
             let _ = writeln!(
                 out,
                 "| {} | {} | {what}{} | {} (`{}`, {}) | {before} | {after} | {p:.1e} |",
-                super::markdown::table_code(&f.cell),
+                super::text::table_code(&f.cell),
                 f.figure,
                 if f.worse { " (worse)" } else { "" },
                 f.run + 1,
@@ -310,7 +310,7 @@ pub fn markdown(runs: &[Run], found: &[Found], series: &[Series]) -> String {
 /// A chart per figure, a line per cell (the cells with a change first, as
 /// many as there are colours), x the run's place in the history.
 fn charts(out: &mut String, found: &[Found], series: &[Series], runs: usize) {
-    use super::markdown::{chart_text, PALETTE};
+    use super::mermaid::{chart_text, PALETTE};
     for f in FIGURES {
         let mut lines: Vec<&Series> = series.iter().filter(|s| s.figure == f.name).collect();
         if lines.is_empty() {

@@ -9,6 +9,8 @@ pub mod history;
 pub mod junit;
 pub mod markdown;
 pub mod merge;
+mod mermaid;
+pub(crate) mod text;
 
 use std::path::Path;
 
