@@ -114,6 +114,40 @@ fn expectations(w: &mut impl Write, s: &Summary) -> io::Result<()> {
 
 fn cell(w: &mut impl Write, c: &CellResult, chart: Option<&CellChart>) -> io::Result<()> {
     writeln!(w, "## `{}` — {}\n", c.id, badge(c.verdict))?;
+    cell_head(w, c)?;
+    integrity(w, &c.integrity)?;
+    memory(w, c)?;
+    faults(w, c)?;
+    what_the_node_said(w, c)?;
+    let m = &c.memory;
+    series_table(w, m)?;
+    allocator(w, m)?;
+    if let Some(chart) = chart {
+        chart_rss(w, &c.id, &chart.rss, m.limit_bytes)?;
+        chart_parts(w, &c.id, chart)?;
+        chart_series(w, c, chart)?;
+    }
+    if !c.restarts.is_empty() {
+        restarts(w, &c.restarts)?;
+    }
+    load_line(w, c)?;
+    if let Some(h) = &c.harness {
+        harness_line(w, h)?;
+    }
+    upgrades_table(w, c)?;
+    data_dirs(w, c)?;
+    phase_loads(w, c)?;
+    phases_table(w, c)?;
+    if !c.files.is_empty() {
+        let f: Vec<String> = c.files.iter().map(|(k, v)| format!("[{k}]({v})")).collect();
+        writeln!(w, "Files: {}\n", f.join(", "))?;
+    }
+    Ok(())
+}
+
+/// Why the cell could not finish, its parameters, allocator and chaos
+/// schedule, and its checks.
+fn cell_head(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
     if let Some(e) = &c.error {
         // The error may quote the node's log, which may hold anything,
         // backticks too: the fence is longer than any run of them in it.
@@ -159,7 +193,11 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: Option<&CellChart>) -> io::Re
         }
         writeln!(w)?;
     }
-    let i = &c.integrity;
+    Ok(())
+}
+
+/// What the read-backs found.
+fn integrity(w: &mut impl Write, i: &super::Integrity) -> io::Result<()> {
     if !i.judged() {
         writeln!(
             w,
@@ -189,6 +227,11 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: Option<&CellChart>) -> io::Re
             i.lost_unsynced
         )?;
     }
+    Ok(())
+}
+
+/// Memory, the cgroup, and the Docker engine the node ran on.
+fn memory(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
     let m = &c.memory;
     writeln!(
         w,
@@ -222,6 +265,12 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: Option<&CellChart>) -> io::Re
             }
         )?;
     }
+    Ok(())
+}
+
+/// The network and disk faults, and how soon the node served again after
+/// each was lifted.
+fn faults(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
     if let Some(n) = &c.network {
         writeln!(
             w,
@@ -255,6 +304,11 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: Option<&CellChart>) -> io::Re
             r.fault, r.lifted_at_s
         )?;
     }
+    Ok(())
+}
+
+/// The node's error replies and the errors in its log.
+fn what_the_node_said(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
     if !c.error_replies.is_empty() {
         writeln!(w, "**The node's error replies** (distinct, first 8):\n")?;
         writeln!(w, "| first at | reply |\n|---:|---|")?;
@@ -274,7 +328,11 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: Option<&CellChart>) -> io::Re
         }
         writeln!(w)?;
     }
-    series_table(w, m)?;
+    Ok(())
+}
+
+/// The allocator's fragmentation, and metrics that never came.
+fn allocator(w: &mut impl Write, m: &super::MemorySummary) -> io::Result<()> {
     if let Some(f) = m.fragmentation {
         let free = match (m.allocator_free_bytes, m.allocator_free_share) {
             (Some(b), Some(share)) => format!(
@@ -297,26 +355,6 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: Option<&CellChart>) -> io::Re
                 s.failed, s.empty
             )?;
         }
-    }
-    if let Some(chart) = chart {
-        chart_rss(w, &c.id, &chart.rss, m.limit_bytes)?;
-        chart_parts(w, &c.id, chart)?;
-        chart_series(w, c, chart)?;
-    }
-    if !c.restarts.is_empty() {
-        restarts(w, &c.restarts)?;
-    }
-    load_line(w, c)?;
-    if let Some(h) = &c.harness {
-        harness_line(w, h)?;
-    }
-    upgrades_table(w, c)?;
-    data_dirs(w, c)?;
-    phase_loads(w, c)?;
-    phases_table(w, c)?;
-    if !c.files.is_empty() {
-        let f: Vec<String> = c.files.iter().map(|(k, v)| format!("[{k}]({v})")).collect();
-        writeln!(w, "Files: {}\n", f.join(", "))?;
     }
     Ok(())
 }
