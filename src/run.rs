@@ -100,6 +100,21 @@ pub enum RunError {
     Usage(String),
     #[error("{0}")]
     Environment(String),
+    /// A file or folder of the run's own that soak could not make: the
+    /// environment's failure too, with its cause.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl RunError {
+    fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
+        let what = what.into();
+        move |source| RunError::Io { what, source }
+    }
 }
 
 impl From<PlanError> for RunError {
@@ -115,7 +130,7 @@ impl RunError {
     pub fn exit_code(&self) -> i32 {
         match self {
             RunError::Suite(_) | RunError::Usage(_) => exit::INVALID,
-            RunError::Environment(_) => exit::ENVIRONMENT,
+            RunError::Environment(_) | RunError::Io { .. } => exit::ENVIRONMENT,
         }
     }
 }
@@ -242,12 +257,11 @@ pub async fn run(
         .out
         .join(&suite.name)
         .join(format!("{}-{run_id}", started.format("%Y%m%dT%H%M%SZ")));
-    let env_err =
-        |what: &str, e: std::io::Error| RunError::Environment(format!("cannot create {what}: {e}"));
-    std::fs::create_dir_all(&dir).map_err(|e| env_err(&dir.display().to_string(), e))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(RunError::io(format!("cannot create {}", dir.display())))?;
     let dir = dir
         .canonicalize()
-        .map_err(|e| env_err("the run folder", e))?;
+        .map_err(RunError::io("cannot create the run folder"))?;
     let origin = tokio::time::Instant::now();
     let seed = opts.seed.unwrap_or_else(|| rand::rng().random());
     eprintln!(
@@ -313,9 +327,10 @@ pub async fn run(
     if *interrupt.borrow() {
         summary.stopped = Some(Stop::Interrupted);
     }
-    crate::report::write_all(&dir, &summary, &charts).map_err(|e| {
-        RunError::Environment(format!("cannot write the report in {}: {e}", dir.display()))
-    })?;
+    crate::report::write_all(&dir, &summary, &charts).map_err(RunError::io(format!(
+        "cannot write the report in {}",
+        dir.display()
+    )))?;
     // One cell, and it never got going: that is the environment's failure.
     if let (Some(e), 1) = (env_error, summary.cells.len()) {
         return Err(e);
@@ -359,9 +374,8 @@ async fn prepare_node(
     plan: &CellPlan,
     placement: Option<&Placement>,
 ) -> Result<(AnyNode, Option<Arc<Cgroup>>), RunError> {
-    let env_err = |what: &str, e: std::io::Error| RunError::Environment(format!("{what}: {e}"));
     std::fs::create_dir_all(&plan.data_dir)
-        .map_err(|e| env_err("cannot create the cell folder", e))?;
+        .map_err(RunError::io("cannot create the cell folder"))?;
     let mut saved = crate::verify::saved::SavedNode::of(
         &plan.node,
         plan.load.as_ref().map(|l| l.protocol.clone()),
@@ -375,7 +389,7 @@ async fn prepare_node(
     }
     saved
         .write(&plan.dir.join("node.json"))
-        .map_err(|e| env_err("node.json", e))?;
+        .map_err(RunError::io("node.json"))?;
     // A container's limits and cgroup are the engine's.
     if let Some(c) = &plan.container {
         // The engine first: one that does not answer is the environment's
@@ -414,14 +428,13 @@ impl Telemetry {
         target: &Target,
         origin: tokio::time::Instant,
     ) -> Result<Telemetry, RunError> {
-        let env_err = |what: &str, e: std::io::Error| RunError::Environment(format!("{what}: {e}"));
         let sampler = Sampler::start(
             target.clone(),
             plan.interval,
             plan.dir.join("samples.csv.gz"),
             origin,
         )
-        .map_err(|e| env_err("samples file", e))?;
+        .map_err(RunError::io("samples file"))?;
         let scraper = match &plan.scrape {
             Some(url) => Some(
                 Scraper::start(
@@ -431,7 +444,7 @@ impl Telemetry {
                     origin,
                     target.pid.clone(),
                 )
-                .map_err(|e| env_err("metrics file", e))?,
+                .map_err(RunError::io("metrics file"))?,
             ),
             None => None,
         };
@@ -503,8 +516,8 @@ async fn run_cell(
         AnyNode::Process(_) => None,
     };
     let origin = tokio::time::Instant::now();
-    let jsonl = Jsonl::create(&plan.dir.join("events.jsonl"))
-        .map_err(|e| RunError::Environment(format!("events file: {e}")))?;
+    let jsonl =
+        Jsonl::create(&plan.dir.join("events.jsonl")).map_err(RunError::io("events file"))?;
     let mut bus = Bus::new(&plan.id, origin).with(jsonl);
     if progress.console() {
         bus = bus.with(progress.console_sink());

@@ -52,6 +52,18 @@ pub enum CellError {
     CrashLoop(usize),
     #[error("{0}")]
     Setup(String),
+    /// A file or a program of the cell's own that soak could not make or
+    /// start (an exec phase's log, its program): the cause kept.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A task soak ran beside the cell (an offline inspection) panicked
+    /// or was cancelled.
+    #[error("a task of soak's own failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
     /// The load's protocol cannot go on: an adapter that does not speak
     /// it, a database that refuses soak (exit 3).
     #[error("{0}")]
@@ -637,11 +649,16 @@ impl<'a, N: Node> Cell<'a, N> {
             .map_err(CellError::Setup)?;
         let n = self.bus.recorder.execs.len() + 1;
         let log_name = format!("exec-{n}.log");
-        let log = std::fs::File::create(self.ctx.dir.join(&log_name))
-            .map_err(|e| CellError::Setup(format!("cannot create {log_name}: {e}")))?;
-        let out = log
-            .try_clone()
-            .map_err(|e| CellError::Setup(e.to_string()))?;
+        let log = std::fs::File::create(self.ctx.dir.join(&log_name)).map_err(|source| {
+            CellError::Io {
+                what: format!("cannot create {log_name}"),
+                source,
+            }
+        })?;
+        let out = log.try_clone().map_err(|source| CellError::Io {
+            what: format!("cannot share {log_name}"),
+            source,
+        })?;
         let shown = argv.join(" ");
         self.bus.emit(Event::ExecStarted {
             command: shown.clone(),
@@ -654,9 +671,10 @@ impl<'a, N: Node> Cell<'a, N> {
             .stderr(log)
             .process_group(0)
             .kill_on_drop(true);
-        let mut child = cmd
-            .spawn()
-            .map_err(|err| CellError::Setup(format!("exec `{}`: {err}", argv[0])))?;
+        let mut child = cmd.spawn().map_err(|source| CellError::Io {
+            what: format!("exec `{}`", argv[0]),
+            source,
+        })?;
         let began = Instant::now();
         let code = match tokio::time::timeout(e.timeout, child.wait()).await {
             Ok(Ok(st)) => st.code(),
@@ -759,8 +777,7 @@ impl<'a, N: Node> Cell<'a, N> {
         let inspection = tokio::task::spawn_blocking(move || {
             crate::verify::offline::inspect(&dir, ledger.as_deref())
         })
-        .await
-        .map_err(|e| CellError::Setup(e.to_string()))?
+        .await?
         .map_err(CellError::Setup)?;
         let mut found = inspection.integrity.unwrap_or_default();
         if let Some(c) = &inspection.corruption {
@@ -981,11 +998,7 @@ impl<'a, N: Node> Cell<'a, N> {
     }
 
     async fn limit(&mut self, bytes: u64) -> Result<String, CellError> {
-        let read = self
-            .node
-            .set_memory_limit(bytes)
-            .await
-            .map_err(|e| CellError::Setup(e.to_string()))?;
+        let read = self.node.set_memory_limit(bytes).await?;
         let text = format!("memory limit {} ({read})", crate::units::Bytes(bytes));
         self.bus.emit(Event::Limit {
             bytes,
