@@ -511,10 +511,8 @@ async fn run_cell(
     progress: &Progress,
 ) -> Result<CellResult, RunError> {
     let (mut node, cg) = prepare_node(plan, placement).await?;
-    let engine = match &node {
-        AnyNode::Container(c) => Some(c.engine_info().clone()),
-        AnyNode::Process(_) => None,
-    };
+    let info = node.info();
+    let engine = info.engine;
     let origin = tokio::time::Instant::now();
     let jsonl =
         Jsonl::create(&plan.dir.join("events.jsonl")).map_err(RunError::io("events file"))?;
@@ -528,10 +526,7 @@ async fn run_cell(
         cgroup: cg.clone(),
         data_dir: Some(plan.data_dir.clone()),
         pid_cgroup: plan.container.is_some(),
-        engine_memory: match &node {
-            AnyNode::Container(c) => c.engine_memory(),
-            AnyNode::Process(_) => None,
-        },
+        engine_memory: info.engine_memory,
     };
     let (network, mut load) = start_load(suite, plan, origin).await?;
     bus = bus.with(progress.cell(plan, load.as_ref().map(|l| l.live()), target.clone()));

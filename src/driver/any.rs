@@ -65,4 +65,7 @@ impl Node for AnyNode {
     async fn shutdown(&mut self) {
         each!(self, n => Node::shutdown(n).await)
     }
+    fn info(&self) -> super::NodeInfo {
+        each!(self, n => Node::info(n))
+    }
 }

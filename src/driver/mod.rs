@@ -109,6 +109,22 @@ pub trait Node: Send {
     /// Kills everything and removes what the node had (its cgroup, its
     /// containers). Idempotent.
     fn shutdown(&mut self) -> impl Future<Output = ()> + Send;
+    /// What the node runs on, so that nothing above the driver asks which
+    /// driver it is.
+    fn info(&self) -> NodeInfo {
+        NodeInfo::default()
+    }
+}
+
+/// What a driver tells of where its node runs.
+#[derive(Debug, Clone, Default)]
+pub struct NodeInfo {
+    /// The Docker engine a container runs on (its version, kernel,
+    /// cgroup version, whether it is this machine's).
+    pub engine: Option<crate::model::EngineInfo>,
+    /// The engine's memory figures of the container, where soak cannot
+    /// read its cgroup itself (a remote engine).
+    pub engine_memory: Option<std::sync::Arc<EngineMemory>>,
 }
 
 /// The path of `tool` on the PATH.

@@ -355,6 +355,12 @@ async fn watch_end(
 }
 
 impl Node for ContainerNode {
+    fn info(&self) -> crate::driver::NodeInfo {
+        crate::driver::NodeInfo {
+            engine: Some(self.engine_info().clone()),
+            engine_memory: self.engine_memory(),
+        }
+    }
     async fn start(&mut self) -> Result<Duration, DriverError> {
         let t0 = Instant::now();
         let log_from = std::fs::metadata(&self.spec.log)
