@@ -13,7 +13,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use soak::workload::{dist::Distribution, Engine, LoadConfig};
+use soak::workload::{dist::Distribution, Load, LoadConfig};
 
 #[path = "need.rs"]
 mod need_tool;
@@ -78,7 +78,7 @@ async fn soak(port: u16, test: &str, pipeline: usize, secs: f64) -> f64 {
         seed: 1,
         distribution: Distribution::Uniform,
     };
-    let mut engine = Engine::new(cfg);
+    let mut engine = Load::new(cfg);
     if test == "get" {
         engine.fill().await;
     }

@@ -22,7 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use soak::protocol::{self, http};
-use soak::workload::{dist::Distribution, Engine, LoadConfig};
+use soak::workload::{dist::Distribution, Load, LoadConfig};
 
 #[path = "need.rs"]
 mod need_tool;
@@ -93,7 +93,7 @@ fn config(protocol: protocol::Spec, get: f64) -> LoadConfig {
 
 /// soak's closed loop for `secs` on a filled key space: acknowledged
 /// operations per second, every read judged.
-async fn soak(engine: &mut Engine, secs: f64) -> f64 {
+async fn soak(engine: &mut Load, secs: f64) -> f64 {
     let before = engine.stats();
     engine.resume();
     tokio::time::sleep(Duration::from_secs_f64(secs)).await;
@@ -210,10 +210,10 @@ async fn http_vs_wrk(secs: f64) {
     );
     wait_for(port);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let mut reads = Engine::new(config(etcd_spec(port), 1.0));
+    let mut reads = Load::new(config(etcd_spec(port), 1.0));
     let (filled, _) = reads.fill().await;
     assert_eq!(filled, KEYS as u64, "etcd took every key");
-    let mut writes = Engine::new(config(etcd_spec(port), 0.0));
+    let mut writes = Load::new(config(etcd_spec(port), 0.0));
     // A valid base64 value of VALUE bytes ("aaa" is "YWFh"): etcd's
     // gateway answers 400 to anything else, and wrk counts those too.
     let value = format!("{}YQ==", "YWFh".repeat(VALUE / 3));
@@ -366,10 +366,10 @@ async fn postgres_vs_pgbench_and_the_adapter(secs: f64) {
     need("setpriv", "util-linux");
     let pg = postgres();
     let dir = tempfile::tempdir().unwrap();
-    let mut reads = Engine::new(config(pg_spec(pg.port, "kv_reads"), 1.0));
+    let mut reads = Load::new(config(pg_spec(pg.port, "kv_reads"), 1.0));
     let (filled, _) = reads.fill().await;
     assert_eq!(filled, KEYS as u64);
-    let mut writes = Engine::new(config(pg_spec(pg.port, "kv_writes"), 0.0));
+    let mut writes = Load::new(config(pg_spec(pg.port, "kv_writes"), 0.0));
     let value = "a".repeat(VALUE);
     let read_sql = format!(
         "\\set k random(0, {})\nSELECT v FROM kv_reads WHERE k = 'soak:' || :k;\n",
@@ -379,7 +379,7 @@ async fn postgres_vs_pgbench_and_the_adapter(secs: f64) {
         "\\set k random(0, {})\nINSERT INTO kv_pgbench (k, v) VALUES ('soak:' || :k, '{value}') ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v;\n",
         KEYS - 1
     );
-    let mut peer = Engine::new(config(pg_spec(pg.port, "kv_pgbench"), 0.0));
+    let mut peer = Load::new(config(pg_spec(pg.port, "kv_pgbench"), 0.0));
     peer.fill().await;
     println!(
         "\n| PostgreSQL 15 | pgbench tps | soak ops/s | soak / pgbench |\n|---|---:|---:|---:|"
@@ -397,11 +397,11 @@ async fn postgres_vs_pgbench_and_the_adapter(secs: f64) {
         println!("| {name} | {t:.0} | {o:.0} | {:.2}x |", o / t);
     }
     let mut through_adapter = [
-        Engine::new(config(
+        Load::new(config(
             adapter_spec(pg.port, "kv_adapter_reads", dir.path()),
             1.0,
         )),
-        Engine::new(config(
+        Load::new(config(
             adapter_spec(pg.port, "kv_adapter_writes", dir.path()),
             0.0,
         )),

@@ -3,17 +3,17 @@
 //! The modules follow the data flow of a run (see `DESIGN.md` in the
 //! project's shared folder): a `suite` is parsed, its node is started by a
 //! `driver`, a `workload` runs against it in any `protocol`, `telemetry`
-//! samples it, the `engine` runs the phases, `verify` reads the writes
+//! samples it, a `cell` runs the phases, `verify` reads the writes
 //! back, the `oracle` judges every acknowledged write, `analysis` turns
 //! the series into trends and `report` writes the verdict. `run` ties them
 //! together; `node` is the reference system under test (`soak-node`).
 
 pub mod analysis;
+pub mod cell;
 pub mod cleanup;
 pub mod cli;
 pub mod doctor;
 pub mod driver;
-pub mod engine;
 pub mod exit;
 pub mod faults;
 pub mod glob;

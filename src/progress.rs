@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::engine::event::{Event, Sink};
+use crate::cell::event::{Event, Sink};
 use crate::plan::CellPlan;
 use crate::suite::{Phase, Suite};
 use crate::telemetry::Target;

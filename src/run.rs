@@ -10,16 +10,16 @@ use rand::Rng;
 use tokio::sync::watch;
 
 use crate::analysis;
+use crate::cell::checks::{self, Measured};
+use crate::cell::event::{Bus, Event, Jsonl};
+use crate::cell::record::Recorder;
+use crate::cell::{Cell, CellError, Context};
 use crate::driver::allocator;
 use crate::driver::any::AnyNode;
 use crate::driver::cgroup::{self, place::Placement, Cgroup};
 use crate::driver::docker::container::ContainerNode;
 use crate::driver::process::ProcessNode;
 use crate::driver::Node;
-use crate::engine::checks::{self, Measured};
-use crate::engine::event::{Bus, Event, Jsonl};
-use crate::engine::record::Recorder;
-use crate::engine::{Cell, CellError, Context};
 use crate::exit;
 use crate::model::{
     CellResult, CgroupSummary, CheckResult, Expectation, Integrity, MemorySummary, ScrapeSummary,
@@ -29,7 +29,7 @@ use crate::plan::{self, CellPlan, PlanError, RunContext};
 use crate::progress::Progress;
 use crate::suite::{matrix, CellDef, Phase, Suite, SuiteError};
 use crate::telemetry::{prometheus, Sample, Sampler, ScrapeStats, Scraper, Target};
-use crate::workload::{Engine, LoadStats};
+use crate::workload::{Load, LoadStats};
 
 /// What `soak run` takes: the command line is this struct.
 #[derive(Debug, Clone, clap::Args)]
@@ -619,7 +619,7 @@ async fn start_load(
     suite: &Suite,
     plan: &CellPlan,
     origin: tokio::time::Instant,
-) -> Result<(Option<Arc<crate::faults::proxy::Proxy>>, Option<Engine>), RunError> {
+) -> Result<(Option<Arc<crate::faults::proxy::Proxy>>, Option<Load>), RunError> {
     let network = match (&plan.load, uses_network(&suite.phases)) {
         (Some(l), true) => {
             let target = l.protocol.target().ok_or_else(|| {
@@ -635,7 +635,7 @@ async fn start_load(
     if let (Some(c), Some(p)) = (load_cfg.as_mut(), &network) {
         c.protocol.retarget(&p.addr().to_string());
     }
-    let mut load = load_cfg.map(Engine::new);
+    let mut load = load_cfg.map(Load::new);
     if let Some(l) = load.as_mut() {
         l.set_origin(origin.into_std());
         l.log_intervals(

@@ -1,6 +1,6 @@
 //! The model of a run: what `summary.json` holds, and the records the
-//! engine builds while a cell runs. A leaf: it depends on nothing of soak's
-//! but its units, so that every layer above (the engine, the reporters,
+//! phase runner (`cell`) builds while a cell runs. A leaf: it depends on nothing of soak's
+//! but its units, so that every layer above (the phase runner, the reporters,
 //! `report compare` and `merge`, the tests) reads one typed contract.
 //!
 //! `summary.json` is versioned by [`SCHEMA_VERSION`]; new fields may be

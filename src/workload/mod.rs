@@ -86,7 +86,7 @@ pub struct LoadStats {
     /// SETs acknowledged by `load` phases (not part of the rate-controlled load).
     pub fill_sets: u64,
     /// The first error reply of a connection since its last flush (moved
-    /// to the engine's list of the node's error replies).
+    /// to the load's list of the node's error replies).
     error_reply: Option<String>,
 }
 
@@ -269,7 +269,7 @@ struct Shared {
     total: LoadStats,
     interval: LoadStats,
     /// The first write a read during the load found lost, since it was
-    /// last taken ([`Engine::take_first_lost`]).
+    /// last taken ([`Load::take_first_lost`]).
     first_lost: Option<crate::model::LostWrite>,
     /// The node's distinct error replies (at most [`ERROR_REPLIES`]), each
     /// with when it first came, in seconds since the load's origin.
@@ -366,7 +366,7 @@ impl Drop for LoadThread {
 
 /// The load engine: connections that run between `resume` and `pause`,
 /// and a gate that holds them while the node is known to be down.
-pub struct Engine {
+pub struct Load {
     pub cfg: LoadConfig,
     pub protocol: Arc<dyn Protocol>,
     pub ledger: Arc<Ledger>,
@@ -386,14 +386,14 @@ pub struct Engine {
     log: Option<(watch::Sender<bool>, JoinHandle<std::io::Result<()>>)>,
 }
 
-impl Engine {
-    pub fn new(cfg: LoadConfig) -> Engine {
+impl Load {
+    pub fn new(cfg: LoadConfig) -> Load {
         let ledger = Arc::new(
             Ledger::new(cfg.keys, cfg.value_size, cfg.set, cfg.del, cfg.seed)
                 .with_compressibility(cfg.compressibility),
         );
         let connections = cfg.connections;
-        Engine {
+        Load {
             protocol: cfg.protocol.open(),
             cfg,
             ledger,
@@ -620,7 +620,7 @@ impl Engine {
     /// since `origin`. Rows are left out while nothing happens.
     ///
     /// It also keeps the load of every window of each of `windows`'
-    /// lengths (from the origin; [`Engine::windows`]), which windowed
+    /// lengths (from the origin; [`Load::windows`]), which windowed
     /// checks judge: exact percentiles, from the intervals' histograms.
     pub fn log_intervals(
         &mut self,
@@ -675,7 +675,7 @@ impl Engine {
         self.log = Some((stop_tx, task));
     }
 
-    /// The load of every window [`Engine::log_intervals`] was asked for,
+    /// The load of every window [`Load::log_intervals`] was asked for,
     /// each length's in time order (complete once the log is closed).
     pub fn windows(&self) -> Vec<crate::model::WindowLoad> {
         self.shared.lock().expect("stats lock").windows.clone()
@@ -769,7 +769,7 @@ struct Conn {
     node_up: watch::Receiver<bool>,
     stop: watch::Receiver<bool>,
     shared: Arc<Mutex<Shared>>,
-    /// A fence's number ([`Engine::settle`]), and where each connection
+    /// A fence's number ([`Load::settle`]), and where each connection
     /// says which fence it has passed.
     fence: watch::Receiver<u64>,
     passed: Arc<watch::Sender<Vec<u64>>>,
@@ -942,7 +942,7 @@ impl Conn {
     }
 
     /// Adds what this connection counted (its counters in `local`, its
-    /// latencies in `lat`) to the engine's totals: after every batch of
+    /// latencies in `lat`) to the load's totals: after every batch of
     /// replies, so a phase's figures hold the replies that came in it.
     fn flush(
         &self,
@@ -1456,7 +1456,7 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        let mut load = Engine::new(config(node.addr.to_string(), 0.0, 200.0, 1));
+        let mut load = Load::new(config(node.addr.to_string(), 0.0, 200.0, 1));
         load.resume();
         node.wait_until(|s| s.failed >= 3);
         let held = node.lift();

@@ -1,4 +1,4 @@
-//! The engine's riskiest logic against a fake node, in paused time: the
+//! The phase runner's riskiest logic against a fake node, in paused time: the
 //! crash-loop limit, deaths seen through the exit future and classified,
 //! a refused downgrade or upgrade and the version before started again, a
 //! chaos schedule applied as planned, and an interrupt; and, with a fake
@@ -227,7 +227,7 @@ async fn run_with(
     mut node: FakeNode,
     yaml: &str,
     interrupt_at: Option<Duration>,
-    load: Option<&mut crate::workload::Engine>,
+    load: Option<&mut crate::workload::Load>,
     verify_target: String,
 ) -> Run {
     let dir = tempfile::tempdir().unwrap();
@@ -547,7 +547,7 @@ async fn an_oom_kill_during_a_read_back_is_a_restart_and_the_read_back_starts_ag
         1 => Life::DiesWhen(told.clone(), Death::Oom),
         _ => Life::Long,
     });
-    let mut load = crate::workload::Engine::new(crate::workload::LoadConfig {
+    let mut load = crate::workload::Load::new(crate::workload::LoadConfig {
         protocol: crate::protocol::Spec::Resp(crate::protocol::resp::Spec {
             target: String::new(),
         }),

@@ -1,8 +1,8 @@
 //! A cell's event stream: what happened, typed, in the order it happened.
-//! The engine emits [`Event`]s onto a [`Bus`]; the bus stamps them and fans
+//! The phase runner emits [`Event`]s onto a [`Bus`]; the bus stamps them and fans
 //! them out to its sinks: the console, `events.jsonl` (one JSON object per
 //! line, tagged by `kind`), the live progress, and the [`Recorder`] that
-//! folds them into the cell's records. Nothing in the engine prints.
+//! folds them into the cell's records. Nothing in the phase runner prints.
 //!
 //! [`Recorder`]: super::record::Recorder
 

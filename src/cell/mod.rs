@@ -1,4 +1,4 @@
-//! The phase engine: runs a cell's phases against its node, watches for
+//! A cell's phase runner: runs a cell's phases against its node, watches for
 //! deaths soak did not cause (OOM kills, crashes) through the node's exit
 //! future and restarts the node after them as a supervisor would, and says
 //! what happened as typed events ([`event`]), which the recorder folds into
@@ -27,7 +27,7 @@ use crate::suite::{template, ChaosAction, ChaosSpec, ExecSpec, Phase};
 use crate::telemetry::Target;
 use crate::units::human_duration;
 use crate::verify::{self, VerifyError};
-use crate::workload::Engine as Load;
+use crate::workload::Load;
 use event::{Bus, Event};
 
 pub use crate::suite::BASE_VERSION;
