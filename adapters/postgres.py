@@ -40,7 +40,8 @@ class Db:
                     c.execute(f"CREATE TABLE IF NOT EXISTS {self.table} "
                               "(k text PRIMARY KEY, v bytea NOT NULL)")
             except (psycopg2.errors.UniqueViolation,
-                    psycopg2.errors.DuplicateTable):
+                    psycopg2.errors.DuplicateTable,
+                    psycopg2.errors.DuplicateObject):
                 pass  # another connection created it at the same moment
         return self.conn.cursor()
 

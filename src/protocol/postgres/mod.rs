@@ -117,8 +117,12 @@ impl Protocol for Spec {
                     ),
                 );
                 if let Some(e) = wire::round_trip(&mut pipe).await? {
-                    // Another connection created it at the same moment.
-                    if e.code != "23505" && e.code != "42P07" {
+                    // Another connection created it at the same moment:
+                    // PostgreSQL says so as a duplicate table (42P07), a
+                    // duplicate row type (42710, "type ... already
+                    // exists") or a unique violation in its catalog
+                    // (23505), whichever of the two got there first.
+                    if !RACED.contains(&e.code.as_str()) {
                         return Err(SetupError::Server(e));
                     }
                 }
@@ -157,6 +161,10 @@ impl Protocol for Spec {
         format!("postgres://{}@{}/{}", self.user, self.target, self.dbname)
     }
 }
+
+/// What `CREATE TABLE IF NOT EXISTS` answers when another connection
+/// created the table at the same moment.
+const RACED: &[&str] = &["23505", "42P07", "42710"];
 
 /// The prepared statements' names.
 const UPSERT: &[u8] = b"soak_upsert";
