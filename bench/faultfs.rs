@@ -6,8 +6,8 @@
 //! cache (power cuts and read faults). With redis-benchmark: SET
 //! and GET, 8 connections, pipeline 1 and 16, 100-byte values, and SET
 //! with the WAL fsynced at each write (`--sync on`). Each pair runs three
-//! times, interleaved, the median kept. Prints a markdown table for the
-//! README.
+//! times, interleaved, the median kept. Prints a markdown table for
+//! docs/src/benchmarks.md.
 //!
 //!     cargo build --bin soak-node && cargo run --example faultfs [requests, default 100000]
 //!

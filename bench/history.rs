@@ -4,7 +4,7 @@
 //! run), 500 of each with the change at a run drawn from 7 to 15, judged by
 //! soak's method and by its named peer, comparing each night with the one
 //! before at a 10% threshold (what `soak report compare` does for a pair
-//! of runs). Prints a markdown table for the README.
+//! of runs). Prints a markdown table for docs/src/benchmarks.md.
 //!
 //!     cargo run --release --example history [histories per kind, default 500]
 

@@ -8,7 +8,7 @@
 //!     cargo run --example loadgen [seconds per soak run, default 4]
 //!
 //! Needs redis-server and redis-benchmark (`apt-get install redis-server
-//! redis-tools`). Prints a markdown table for the README.
+//! redis-tools`). Prints a markdown table for docs/src/benchmarks.md.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;

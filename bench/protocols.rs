@@ -15,7 +15,7 @@
 //!     cargo run --example protocols [seconds per run, default 5] [http|postgres]
 //!
 //! Needs etcd, wrk, PostgreSQL and psycopg2 (`scripts/deps --tests`).
-//! Prints markdown tables for the README.
+//! Prints markdown tables for docs/src/protocols.md.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
