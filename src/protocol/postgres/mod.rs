@@ -394,3 +394,84 @@ fn judge<'a>(asked: &Asked, rows: &[&'a [u8]]) -> Result<Option<Vec<Option<&'a [
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A backend message: its tag and body, framed.
+    fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag];
+        out.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+        out.extend_from_slice(body);
+        out
+    }
+
+    fn row(cols: &[Option<&[u8]>]) -> Vec<u8> {
+        let mut b = (cols.len() as i16).to_be_bytes().to_vec();
+        for c in cols {
+            match c {
+                Some(v) => {
+                    b.extend_from_slice(&(v.len() as i32).to_be_bytes());
+                    b.extend_from_slice(v);
+                }
+                None => b.extend_from_slice(&(-1i32).to_be_bytes()),
+            }
+        }
+        msg(b'D', &b)
+    }
+
+    #[test]
+    fn a_request_is_answered_at_its_ready_for_query_and_not_before() {
+        let mut buf = [msg(b'2', b""), msg(b'C', b"INSERT 0 1\0")].concat();
+        // CommandComplete alone: the commit comes at the Sync.
+        assert!(reply(&buf).unwrap().is_none());
+        buf.extend(msg(b'N', b"SNOTICE\0Mhello\0\0"));
+        buf.extend(msg(b'Z', b"I"));
+        buf.extend(msg(b'2', b""));
+        let (r, n) = reply(&buf).unwrap().unwrap();
+        assert!(r.completed && r.error.is_none());
+        assert_eq!(n, buf.len() - 5, "the next request's reply is left");
+    }
+
+    #[test]
+    fn an_error_after_the_command_is_the_requests_outcome() {
+        let buf = [
+            msg(b'2', b""),
+            msg(b'C', b"INSERT 0 1\0"),
+            msg(b'E', b"SERROR\0C40001\0Mcould not serialize\0\0"),
+            msg(b'Z', b"I"),
+        ]
+        .concat();
+        let (r, _) = reply(&buf).unwrap().unwrap();
+        assert_eq!(r.error.unwrap().code, "40001");
+        assert!(!unknown("40001"), "rolled back: definitely not done");
+        assert!(unknown("57P01") && unknown("08006") && unknown("XX000"));
+        assert!(
+            reply(&msg(b'T', b"")).is_err(),
+            "a message soak did not ask for"
+        );
+    }
+
+    #[test]
+    fn rows_come_back_in_the_order_asked_missing_keys_none() {
+        let rows = [
+            row(&[Some(b"soak:7"), Some(b"seven")]),
+            row(&[Some(b"soak:3"), Some(b"three")]),
+        ];
+        let bodies: Vec<&[u8]> = rows.iter().map(|r| &r[5..]).collect();
+        let values = judge(&Asked::ReadMany(vec![3, 5, 7]), &bodies)
+            .unwrap()
+            .unwrap();
+        assert_eq!(values, vec![Some(&b"three"[..]), None, Some(&b"seven"[..])]);
+        let stray = row(&[Some(b"soak:9"), Some(b"nine")]);
+        assert!(judge(&Asked::ReadMany(vec![3]), &[&stray[5..]]).is_err());
+        let one = row(&[Some(b"v")]);
+        assert_eq!(
+            judge(&Asked::Read, &[&one[5..]]).unwrap().unwrap(),
+            vec![Some(&b"v"[..])]
+        );
+        assert_eq!(judge(&Asked::Read, &[]).unwrap().unwrap(), vec![None]);
+        assert_eq!(judge(&Asked::Write, &[]).unwrap(), None);
+    }
+}
