@@ -575,14 +575,10 @@ impl Session for Conn {
         while let Some((id, why)) = self.refused.pop_front() {
             done(id, Outcome::NotDone(&why));
         }
-        self.flush()?;
         if self.pending.is_empty() {
-            return Ok(());
+            return self.flush();
         }
-        let open = self
-            .pipe
-            .fill_reads()
-            .map_err(|e| SessionError::Broken(e.to_string()))?;
+        let open = self.pipe.pump()?;
         let mut used = 0;
         let mut closed = false;
         while let Some(&(id, kind, head)) = self.pending.front() {
@@ -600,16 +596,8 @@ impl Session for Conn {
                 break;
             }
         }
-        self.pipe.rbuf.drain(..used);
-        if closed || !open {
-            return Err(SessionError::Broken(
-                "the node closed the connection".into(),
-            ));
-        }
-        if self.pending.is_empty() && !self.pipe.rbuf.is_empty() {
-            return Err(SessionError::Broken("a reply to no request".into()));
-        }
-        Ok(())
+        self.pipe
+            .settle(used, closed || !open, !self.pending.is_empty())
     }
 }
 

@@ -68,6 +68,30 @@ impl Pipe {
         Ok(())
     }
 
+    /// What a session's drain does first: sends what it can, then reads
+    /// what has come; `false` once the peer has closed.
+    pub fn pump(&mut self) -> Result<bool, SessionError> {
+        self.flush()?;
+        self.fill_reads()
+            .map_err(|e| SessionError::Broken(e.to_string()))
+    }
+
+    /// What a session's drain does last: drops the `used` bytes its
+    /// replies took; an error if the peer closed, or, with nothing
+    /// `awaited`, if bytes are left that answer no request.
+    pub fn settle(&mut self, used: usize, closed: bool, awaited: bool) -> Result<(), SessionError> {
+        self.rbuf.drain(..used);
+        if !awaited && !self.rbuf.is_empty() {
+            return Err(SessionError::Broken("a reply to no request".into()));
+        }
+        if closed {
+            return Err(SessionError::Broken(
+                "the node closed the connection".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Ready when there is something to write and room for it, or, with
     /// replies `awaited`, something to read.
     pub fn poll_progress(&mut self, cx: &mut Context<'_>, awaited: bool) -> Poll<()> {

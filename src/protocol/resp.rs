@@ -150,14 +150,10 @@ impl Session for Link {
     }
 
     fn drain(&mut self, done: &mut dyn FnMut(u64, Outcome<'_>)) -> Result<(), SessionError> {
-        self.flush()?;
         if self.pending.is_empty() {
-            return Ok(());
+            return self.flush();
         }
-        let open = self
-            .pipe
-            .fill_reads()
-            .map_err(|e| SessionError::Broken(e.to_string()))?;
+        let open = self.pipe.pump()?;
         let mut used = 0;
         while !self.pending.is_empty() {
             let parsed =
@@ -190,16 +186,7 @@ impl Session for Link {
                 ),
             }
         }
-        self.pipe.rbuf.drain(..used);
-        if self.pending.is_empty() && !self.pipe.rbuf.is_empty() {
-            return Err(SessionError::Broken("a reply to no request".into()));
-        }
-        if !open {
-            return Err(SessionError::Broken(
-                "the node closed the connection".into(),
-            ));
-        }
-        Ok(())
+        self.pipe.settle(used, !open, !self.pending.is_empty())
     }
 }
 

@@ -294,11 +294,7 @@ impl Session for Link {
     }
 
     fn drain(&mut self, done: &mut dyn FnMut(u64, Outcome<'_>)) -> Result<(), SessionError> {
-        self.flush()?;
-        let open = self
-            .pipe
-            .fill_reads()
-            .map_err(|e| SessionError::Broken(e.to_string()))?;
+        let open = self.pipe.pump()?;
         let buf = &self.pipe.rbuf;
         let mut used = 0;
         let mut broken = None;
