@@ -17,6 +17,7 @@
 //! (`soak-<run id>` as its source), so that `soak cleanup` finds it after
 //! soak itself was killed.
 
+mod attr;
 mod fs;
 mod mount;
 mod state;

@@ -17,7 +17,7 @@ use rand::Rng;
 use crate::model::DiskStats;
 use crate::suite::faults::{IoFault, IoOp};
 
-use super::fs::*;
+use super::attr::*;
 use super::Writes;
 
 /// What a file held at its last fsync, where writes since changed it.
