@@ -3,7 +3,7 @@
 //! a refused downgrade or upgrade and the version before started again, a
 //! chaos schedule applied as planned, and an interrupt; and, with a fake
 //! RESP node on loopback, an OOM kill in the middle of a read-back. (The
-//! same logic runs end to end against real processes in tests/run.rs.)
+//! same logic runs end to end against real processes in tests/it/run.rs.)
 
 use std::sync::atomic::{AtomicI32, AtomicU32};
 use std::sync::{Arc, Mutex};

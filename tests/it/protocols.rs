@@ -3,7 +3,7 @@
 //! s3rver, and nodes and adapters of the tests' own that lose writes, lie
 //! about failures, or do not speak the adapter protocol.
 
-mod common;
+use crate::common;
 
 use common::require_tool;
 use common::soak::{soak_run, soak_run_env, Run};

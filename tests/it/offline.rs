@@ -2,7 +2,7 @@
 //! pass, a missing key reported as lost, a flipped byte in an SST data
 //! block reported with its file.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -82,6 +82,7 @@ fn soak_run_with(
     suite_file: &str,
     extra: &[&str],
 ) -> Run {
+    let _beside = super::beside();
     let dir = tempfile::tempdir().unwrap();
     // Open to every user, as a reports folder is: a node that runs as
     // another user (PostgreSQL as `postgres`) must reach its data.

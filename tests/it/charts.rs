@@ -5,7 +5,7 @@
 //! the node's own memory figures beside it; report.md, pr-comment.md and
 //! the job summary are all read.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -9,6 +9,38 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+/// The tests share one binary and run two at a time. A test that measures
+/// memory or throughput under load (the incidents) runs `alone()`: it
+/// waits for every other soak run and VM boot to end and holds new ones
+/// off while it lasts; those take `beside()`, which lets them run beside
+/// each other. A test holding `alone()` runs its own soak runs freely.
+static HOUSE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+thread_local! {
+    static ALONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+pub struct Alone(#[allow(dead_code)] std::sync::RwLockWriteGuard<'static, ()>);
+
+impl Drop for Alone {
+    fn drop(&mut self) {
+        ALONE.with(|a| a.set(false));
+    }
+}
+
+pub fn alone() -> Alone {
+    let guard = HOUSE.write().unwrap_or_else(|e| e.into_inner());
+    ALONE.with(|a| a.set(true));
+    Alone(guard)
+}
+
+pub fn beside() -> Option<std::sync::RwLockReadGuard<'static, ()>> {
+    if ALONE.with(|a| a.get()) {
+        return None;
+    }
+    Some(HOUSE.read().unwrap_or_else(|e| e.into_inner()))
+}
+
 /// Fails with the command that installs a missing Debian tool, instead of
 /// skipping the test.
 pub fn require_tool(tool: &str, package: &str) {
@@ -29,7 +61,7 @@ pub fn npm_module(spec: &str) -> std::path::PathBuf {
     let name = spec.rsplit_once('@').map_or(spec, |(n, _)| n);
     let module = npm.join("node_modules").join(name);
     // One install at a time into the prefix, across threads and test
-    // binaries: two at once (both tests of tests/charts.rs on a fresh
+    // binaries: two at once (both tests of tests/it/charts.rs on a fresh
     // clone) failed with ENOTEMPTY as each rewrote the other's
     // node_modules. The lock is released when the file is dropped.
     std::fs::create_dir_all(&npm).unwrap();
@@ -52,6 +84,38 @@ pub fn npm_module(spec: &str) -> std::path::PathBuf {
         );
     }
     module
+}
+
+/// A tool from crates.io (`cargo install --locked`), installed under
+/// `target/lint-tools/cargo` the first time, one install at a time; its
+/// path.
+pub fn cargo_tool(name: &str, version: &str, args: &[&str]) -> std::path::PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/lint-tools/cargo");
+    let bin = root.join("bin").join(name);
+    std::fs::create_dir_all(&root).unwrap();
+    let lock = std::fs::File::create(root.join(".install.lock")).unwrap();
+    // SAFETY: flock(2) on a descriptor `lock` owns for this whole call.
+    let locked = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
+    assert_eq!(locked, 0, "flock {}", std::io::Error::last_os_error());
+    let installed = Command::new(&bin)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(version));
+    if !installed {
+        let out = Command::new(env!("CARGO"))
+            .args(["install", "--locked", "--quiet", "--root"])
+            .arg(&root)
+            .arg(format!("{name}@{version}"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "cargo install {name}@{version} failed (crates.io must be reachable): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    bin
 }
 
 pub fn require_file(path: &str, package: &str) {

@@ -1,6 +1,6 @@
 //! Memory cgroups: v1 against the real kernel (what this machine offers),
 //! v2's files and placement rules against directory trees shaped like
-//! cgroupfs. v2 on a real kernel: `tests/cgroup_v2_vm.rs`.
+//! cgroupfs. v2 on a real kernel: `tests/it/cgroup_v2_vm.rs`.
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;

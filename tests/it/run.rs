@@ -2,7 +2,7 @@
 //! verdicts a release engineer relies on, each shown able to fail, and
 //! nothing left behind afterwards.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,7 +1,7 @@
 //! soak-node, driven as its users drive it: redis-cli, the `redis` crate,
 //! SIGKILL and restart, the metrics endpoint under each allocator.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -3,7 +3,7 @@
 //! process, the engine's word on OOM kills, an allocator preloaded inside
 //! the container, and nothing left behind, not even by a killed soak.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 
