@@ -120,7 +120,11 @@ pub struct CellPlan {
     /// Whether the data directory is soak's fault filesystem (the suite
     /// has disk faults, or `limits.disk`), and whether the kernel may
     /// cache the node's writes on their way to it.
+    /// None for a container, whose data directory is the engine's.
     pub fault_fs: Option<crate::faults::disk::Writes>,
+    /// Whether the load connects through soak's network proxy (the suite
+    /// has `network` faults and a load).
+    pub proxy: bool,
     /// The suite's checks with the cell's expectations in place of those
     /// they name: what the cell is judged by.
     pub checks: crate::suite::Checks,
@@ -629,6 +633,7 @@ pub fn resolve(
         .first()
         .map(|g| g.warmup.0.as_secs_f64() * ctx.scale)
         .unwrap_or(10.0);
+    let in_container = container.is_some();
     Ok(CellPlan {
         id: def.id.clone(),
         params: def.params_map(),
@@ -659,7 +664,8 @@ pub fn resolve(
             .workload
             .as_ref()
             .is_some_and(|w| w.durability == crate::suite::Durability::UnsyncedTailAllowed),
-        fault_fs: suite.uses_disk_faults().then(|| {
+        proxy: suite.workload.is_some() && suite.uses_network_faults(),
+        fault_fs: (suite.uses_disk_faults() && !in_container).then(|| {
             if suite.writes_may_be_cached() {
                 crate::faults::disk::Writes::Cached
             } else {

@@ -15,6 +15,28 @@ pub enum AnyNode {
     Container(ContainerNode),
 }
 
+impl AnyNode {
+    /// The driver a plan asks for: a container on the engine its plan
+    /// names (connected first: an engine that does not answer is the
+    /// environment's fault, found before anything starts), else a process
+    /// group in `cgroup`. The one place that knows every driver.
+    pub async fn open(
+        spec: super::process::Spec,
+        container: Option<super::docker::container::ContainerPlan>,
+        cgroup: Option<super::cgroup::Cgroup>,
+    ) -> Result<AnyNode, DriverError> {
+        Ok(match container {
+            Some(c) => {
+                let engine = super::docker::engine::connect(c.host.as_deref())
+                    .await
+                    .map_err(|e| DriverError::Engine(e.to_string()))?;
+                AnyNode::Container(ContainerNode::new(spec, c, engine))
+            }
+            None => AnyNode::Process(ProcessNode::new(spec, cgroup)),
+        })
+    }
+}
+
 /// The same call on whichever driver it is.
 macro_rules! each {
     ($self:ident, $n:ident => $e:expr) => {

@@ -173,6 +173,9 @@ pub enum DriverError {
     Cgroup(#[from] cgroup::CgroupError),
     #[error("{0}")]
     Io(String),
+    /// The container engine the plan names did not answer.
+    #[error("{0}")]
+    Engine(String),
 }
 
 impl DriverError {

@@ -452,7 +452,23 @@ fn disk_faults_in<'a>(phases: &'a [Phase], out: &mut Vec<&'a faults::DiskFault>)
     }
 }
 
+/// Whether any phase (inside a `repeat` too) sets network faults, or may
+/// as a chaos action.
+fn network_faults_in(phases: &[Phase]) -> bool {
+    phases.iter().any(|p| match p {
+        Phase::Network(_) => true,
+        Phase::Chaos(c) => c.on_network(),
+        Phase::Repeat { phases, .. } => network_faults_in(phases),
+        _ => false,
+    })
+}
+
 impl Suite {
+    /// Whether the load must connect through soak's network proxy.
+    pub fn uses_network_faults(&self) -> bool {
+        network_faults_in(&self.phases)
+    }
+
     /// Whether the node's data directory must be soak's fault filesystem:
     /// disk faults in the phases (a chaos `power_cut` among them), or a
     /// `limits.disk`.

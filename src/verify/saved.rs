@@ -12,7 +12,7 @@ use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 
 use crate::driver::any::AnyNode;
-use crate::driver::docker::container::{ContainerNode, ContainerPlan};
+use crate::driver::docker::container::ContainerPlan;
 use crate::driver::process::{Probe, Spec};
 use crate::driver::Node;
 
@@ -168,7 +168,6 @@ pub struct Reverified {
 /// through the node started again from `node.json` on its data, then
 /// stopped. Writes `verify.json` into the folder.
 pub async fn reverify(dir: &Path, target: Option<String>) -> Result<Reverified, ReverifyError> {
-    use crate::driver::process::ProcessNode;
     use crate::oracle::Ledger;
     let ledger_path = dir.join("ledger.bin");
     if !ledger_path.exists() {
@@ -197,25 +196,19 @@ pub async fn reverify(dir: &Path, target: Option<String>) -> Result<Reverified, 
             let spec = saved
                 .spec(dir.join("verify-node.log"))
                 .map_err(ReverifyError::Invalid)?;
-            let mut node = match &saved.container {
-                None => AnyNode::Process(ProcessNode::new(spec, None)),
-                Some(c) => {
-                    let engine = crate::driver::docker::engine::connect(c.host.as_deref())
-                        .await
-                        .map_err(|e| ReverifyError::Environment(e.to_string()))?;
-                    let plan = ContainerPlan {
-                        image: c.image.clone(),
-                        host: c.host.clone(),
-                        name: format!("soak-verify-{:x}", rand::random::<u32>()),
-                        labels: c.labels.clone(),
-                        mounts: c.mounts.clone(),
-                        user: c.user.clone(),
-                        memory: c.memory,
-                        swap: c.swap,
-                    };
-                    AnyNode::Container(ContainerNode::new(spec, plan, engine))
-                }
-            };
+            let container = saved.container.as_ref().map(|c| ContainerPlan {
+                image: c.image.clone(),
+                host: c.host.clone(),
+                name: format!("soak-verify-{:x}", rand::random::<u32>()),
+                labels: c.labels.clone(),
+                mounts: c.mounts.clone(),
+                user: c.user.clone(),
+                memory: c.memory,
+                swap: c.swap,
+            });
+            let mut node = AnyNode::open(spec, container, None)
+                .await
+                .map_err(|e| ReverifyError::Environment(e.to_string()))?;
             let ready = Node::start(&mut node)
                 .await
                 .map_err(|e| ReverifyError::Environment(e.to_string()))?;

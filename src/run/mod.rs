@@ -1,0 +1,451 @@
+//! `soak run`: from a suite to a verdict, a report and an exit code.
+
+mod assemble;
+mod resources;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::sync::watch;
+
+use crate::cell::event::{Bus, Event, Jsonl};
+use crate::cell::{Cell, CellError, Context};
+use crate::driver::allocator;
+use crate::driver::any::AnyNode;
+use crate::driver::cgroup::{self, place::Placement};
+use crate::driver::Node;
+use crate::exit;
+use crate::model::{CellResult, Stop, Summary, Verdict};
+use crate::plan::{self, CellPlan, PlanError, RunContext};
+use crate::progress::Progress;
+use crate::suite::{matrix, CellDef, Suite, SuiteError};
+use resources::CellResources;
+
+/// What `soak run` takes: the command line is this struct.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunOptions {
+    pub suite: PathBuf,
+    /// Folder for reports (reports/<suite>/<UTC time>-<id>/ inside it).
+    #[arg(long, default_value = "reports")]
+    pub out: PathBuf,
+    /// Multiply every phase duration by F, for a quick trial (e.g. 0.1).
+    #[arg(long, default_value_t = 1.0, value_parser = crate::units::positive)]
+    pub duration_scale: f64,
+    /// Seed of the workload's and the chaos schedules' random choices;
+    /// recorded in the report, so that a run can be replayed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Telemetry sampling interval (10ms to 60s); overrides the suite's
+    /// `telemetry.interval` (default 1s).
+    #[arg(long, value_parser = crate::units::interval)]
+    pub interval: Option<Duration>,
+    /// Run only the cells whose id matches: a glob (`allocator=je*`), or
+    /// without `*?[`, a part of the id (`storage=small`). Give it again for
+    /// the cells that match any of the patterns.
+    #[arg(long, value_name = "PATTERN")]
+    pub only: Vec<String>,
+    /// Run shard I of N: cell j (in suite order) runs on shard j % N + 1.
+    #[arg(long, value_name = "I/N", value_parser = crate::suite::matrix::parse_shard)]
+    pub shard: Option<(usize, usize)>,
+    /// How progress is shown: a live line on a terminal (`tty`), a
+    /// heartbeat line every --heartbeat (`plain`, the default without a
+    /// terminal), or `none`.
+    #[arg(long, value_enum)]
+    pub progress: Option<crate::progress::Mode>,
+    /// How often the plain progress line is written.
+    #[arg(long, default_value = "30s", value_parser = crate::units::heartbeat)]
+    pub heartbeat: Duration,
+    /// The run's id (letters and digits, up to 16), which names its folder
+    /// and labels its cgroups and processes for `soak cleanup`; random when
+    /// not given. A CI job may pass its own to find the run afterwards.
+    #[arg(long, value_name = "ID", value_parser = crate::lock::parse_run_id)]
+    pub run_id: Option<String>,
+    /// Only the verdict and the report's path: no event lines, no progress.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// In a container whose cgroup holds processes beside soak (a CI
+    /// job's step run with `docker exec`): move them into a leaf `init`
+    /// of the container's cgroup, as docker-in-docker does, so that soak
+    /// may make its nodes' memory cgroups beside it. Honoured only when
+    /// soak's cgroup is the root of a cgroup namespace.
+    #[arg(long, env = "SOAK_CLAIM_CGROUP", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false, num_args = 0, default_missing_value = "true")]
+    pub claim_cgroup: bool,
+    /// The Docker engine for container nodes (`unix:///PATH`,
+    /// `tcp://HOST:PORT`, with TLS when `DOCKER_TLS_VERIFY` is set,
+    /// `ssh://USER@HOST`); default `DOCKER_HOST`, else the local socket.
+    #[arg(long, value_name = "URL")]
+    pub docker_host: Option<String>,
+    /// Run each cell N times (instead of the suite's `repeat:`): the report
+    /// gives each figure's median and spread over the N runs.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: Option<u32>,
+}
+
+/// A run that could not produce a verdict.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Suite(#[from] SuiteError),
+    #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
+    Environment(String),
+    /// A file or folder of the run's own that soak could not make: the
+    /// environment's failure too, with its cause.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl RunError {
+    fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
+        let what = what.into();
+        move |source| RunError::Io { what, source }
+    }
+}
+
+impl From<PlanError> for RunError {
+    fn from(e: PlanError) -> RunError {
+        match e {
+            PlanError::Template { .. } => RunError::Usage(e.to_string()),
+            PlanError::Environment(e) => RunError::Environment(e),
+        }
+    }
+}
+
+impl RunError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            RunError::Suite(_) | RunError::Usage(_) => exit::INVALID,
+            RunError::Environment(_) | RunError::Io { .. } => exit::ENVIRONMENT,
+        }
+    }
+}
+
+/// What `${SOAK_NODE}` names: `$SOAK_NODE` when set; else soak itself,
+/// through a link named `soak-node` in the run's folder (soak answers to
+/// that name as the reference node: see `src/bin/soak.rs`), so the node is
+/// always the one built with this soak and `cargo run --bin soak` is all a
+/// fresh clone needs; without the built-in node (`--no-default-features`),
+/// the `soak-node` beside soak or on the PATH.
+pub fn soak_node(run_dir: &Path) -> Result<String, RunError> {
+    if let Ok(p) = std::env::var("SOAK_NODE") {
+        return Ok(p);
+    }
+    if cfg!(feature = "node") {
+        let exe = std::env::current_exe().map_err(|e| {
+            RunError::Environment(format!("cannot find soak's own executable: {e}"))
+        })?;
+        let run_dir = run_dir
+            .canonicalize()
+            .unwrap_or_else(|_| run_dir.to_path_buf());
+        let link = run_dir.join("bin").join(crate::NODE_NAME);
+        if std::fs::read_link(&link).ok().as_deref() != Some(exe.as_path()) {
+            let made = std::fs::create_dir_all(run_dir.join("bin"))
+                .and_then(|()| std::os::unix::fs::symlink(&exe, &link));
+            made.map_err(|e| {
+                RunError::Environment(format!(
+                    "cannot link {} to {}: {e}",
+                    link.display(),
+                    exe.display()
+                ))
+            })?;
+        }
+        return Ok(link.display().to_string());
+    }
+    if let Some(beside) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join(crate::NODE_NAME)))
+        .filter(|p| p.is_file())
+    {
+        return Ok(beside.display().to_string());
+    }
+    Ok(crate::NODE_NAME.into())
+}
+
+/// The cells this invocation runs, after `--only` and `--shard`.
+/// Each cell `n` times, as `ID#1`..`ID#n` (once: as it is), with the id of
+/// the cell each one repeats.
+fn repeated(cells: Vec<CellDef>, n: u32) -> Vec<(CellDef, Option<String>)> {
+    if n <= 1 {
+        return cells.into_iter().map(|c| (c, None)).collect();
+    }
+    cells
+        .into_iter()
+        .flat_map(|c| {
+            (1..=n).map(move |i| {
+                let mut r = c.clone();
+                r.id = format!("{}#{i}", c.id);
+                (r, Some(c.id.clone()))
+            })
+        })
+        .collect()
+}
+
+pub fn select_cells(suite: &Suite, opts: &RunOptions) -> Result<Vec<CellDef>, RunError> {
+    let mut cells = suite.cells();
+    let all = cells.len();
+    if !opts.only.is_empty() {
+        cells.retain(|c| opts.only.iter().any(|p| matrix::matches(c, p)));
+        if cells.is_empty() {
+            let ids: Vec<String> = suite.cells().into_iter().map(|c| c.id).collect();
+            let p: Vec<String> = opts.only.iter().map(|p| format!("{p:?}")).collect();
+            return Err(RunError::Usage(format!(
+                "--only {} matches none of the {all} cells: {}",
+                p.join(" --only "),
+                ids.join(" ")
+            )));
+        }
+    }
+    if let Some((i, n)) = opts.shard {
+        cells = matrix::shard(cells, i, n);
+    }
+    Ok(cells)
+}
+
+/// Runs a whole suite. `interrupt` turns true when the user asks to stop:
+/// the run then stops its phases, cleans up and still writes the report.
+pub async fn run(
+    opts: &RunOptions,
+    interrupt: watch::Receiver<bool>,
+    progress: &Progress,
+) -> Result<(Summary, PathBuf), RunError> {
+    let suite = Suite::load(&opts.suite)?;
+    let times = opts
+        .repeat
+        .unwrap_or_else(|| suite.repeat.map(|r| r.0 as u32).unwrap_or(1));
+    let cells = repeated(select_cells(&suite, opts)?, times);
+    if let Some(id) = &opts.run_id {
+        crate::lock::use_run_id(id);
+    }
+    let run_id = crate::lock::run_id();
+    // Held while this run lives: `soak cleanup` in another shell leaves
+    // this run alone.
+    let _lock = crate::lock::lock_run(&run_id).map_err(|e| {
+        RunError::Environment(format!(
+            "cannot take the run's lock in {}: {e}",
+            crate::lock::lock_dir().display()
+        ))
+    })?;
+    // Where the nodes' cgroups go: decided once, before anything is made,
+    // and undone when the run ends (see `driver::cgroup::place`). Without
+    // a limit, a node runs without a cgroup where soak may make none.
+    let placement = match cgroup::place::place(&run_id, opts.claim_cgroup) {
+        Ok(p) => Some(p),
+        Err(e) if suite.limits.need_cgroup() => {
+            return Err(RunError::Environment(format!(
+                "limits.memory needs a memory cgroup: {e}"
+            )))
+        }
+        Err(_) => None,
+    };
+    let started = chrono::Utc::now();
+    let dir = opts
+        .out
+        .join(&suite.name)
+        .join(format!("{}-{run_id}", started.format("%Y%m%dT%H%M%SZ")));
+    std::fs::create_dir_all(&dir)
+        .map_err(RunError::io(format!("cannot create {}", dir.display())))?;
+    let dir = dir
+        .canonicalize()
+        .map_err(RunError::io("cannot create the run folder"))?;
+    let origin = tokio::time::Instant::now();
+    let seed = opts.seed.unwrap_or_else(|| rand::rng().random());
+    eprintln!(
+        "soak: running {} ({}, {} cell{}, seed {seed}), report in {}",
+        suite.name,
+        opts.suite.display(),
+        cells.len(),
+        if cells.len() == 1 { "" } else { "s" },
+        dir.display()
+    );
+    let ctx = RunContext {
+        run_id: run_id.clone(),
+        soak_node: soak_node(&dir)?,
+        run_dir: dir.clone(),
+        suite_dir: std::fs::canonicalize(&opts.suite)
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .unwrap_or_else(|| PathBuf::from(".")),
+        seed,
+        scale: opts.duration_scale,
+        interval: opts.interval,
+        real_ports: true,
+        find_libraries: true,
+        docker_host: opts.docker_host.clone(),
+        suite_name: suite.name.clone(),
+    };
+    progress.begin_run(&suite, cells.len(), opts.duration_scale);
+
+    let mut results = vec![];
+    let mut charts = BTreeMap::new();
+    let mut env_error = None;
+    for (index, (cell, repeat_of)) in cells.iter().enumerate() {
+        if *interrupt.borrow() {
+            break;
+        }
+        let ran = match plan::resolve(&suite, cell, index, &ctx) {
+            Ok(p) => run_cell(&suite, &p, placement.as_ref(), interrupt.clone(), progress).await,
+            Err(PlanError::Template { field, error }) => Err(RunError::Usage(
+                PlanError::Template { field, error }.located(&opts.suite, &cell.id),
+            )),
+            Err(e) => Err(e.into()),
+        };
+        match ran {
+            Ok(mut result) => {
+                if let Some(chart) = crate::report::charts::of_cell(&dir, &result) {
+                    charts.insert(result.id.clone(), chart);
+                }
+                result.repeat_of.clone_from(repeat_of);
+                results.push(result);
+            }
+            Err(e) => {
+                let mut result = CellResult::error(&cell.id, cell.params_map(), e.to_string());
+                result.repeat_of.clone_from(repeat_of);
+                results.push(result);
+                env_error.get_or_insert(e);
+            }
+        }
+        // Partial results survive a crash of soak itself.
+        let summary = summary_of(&suite, opts, &ctx, started, origin, results.clone());
+        let _ = crate::report::write_all(&dir, &summary, &charts);
+    }
+    let mut summary = summary_of(&suite, opts, &ctx, started, origin, results);
+    if *interrupt.borrow() {
+        summary.stopped = Some(Stop::Interrupted);
+    }
+    crate::report::write_all(&dir, &summary, &charts).map_err(RunError::io(format!(
+        "cannot write the report in {}",
+        dir.display()
+    )))?;
+    // One cell, and it never got going: that is the environment's failure.
+    if let (Some(e), 1) = (env_error, summary.cells.len()) {
+        return Err(e);
+    }
+    Ok((summary, dir))
+}
+
+fn summary_of(
+    suite: &Suite,
+    opts: &RunOptions,
+    ctx: &RunContext,
+    started: chrono::DateTime<chrono::Utc>,
+    origin: tokio::time::Instant,
+    cells: Vec<CellResult>,
+) -> Summary {
+    Summary {
+        schema_version: crate::model::SCHEMA_VERSION,
+        suite: suite.name.clone(),
+        description: suite.description.clone(),
+        verdict: Verdict::of_run(cells.iter().map(|c| c.verdict)),
+        warned_cells: 0,
+        warned_checks: 0,
+        run_id: ctx.run_id.clone(),
+        seed: ctx.seed,
+        shard: opts.shard.map(|(i, n)| format!("{i}/{n}")),
+        started_at: started.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        duration_s: origin.elapsed().as_secs_f64(),
+        suite_file: opts.suite.display().to_string(),
+        soak_version: env!("CARGO_PKG_VERSION").into(),
+        stopped: None,
+        cells,
+        merged: vec![],
+        missing_shards: vec![],
+    }
+}
+
+/// The first start, the allocator's proof, the phases, and the end.
+async fn drive(
+    cell: &mut Cell<'_, AnyNode>,
+    remote: Option<&str>,
+    plan: &CellPlan,
+    phases: &[crate::suite::Phase],
+) -> Result<(), CellError> {
+    cell.first_start().await?;
+    if let (Some(_), Some(e)) = (&plan.allocator, remote) {
+        cell.bus.notice(
+            "allocator",
+            format!("not proven loaded: the node runs on the remote engine {e}, whose processes this machine cannot read"),
+        );
+    } else if let (Some(a), Some(pid)) = (&plan.allocator, cell.node.pid()) {
+        allocator::prove_loaded(pid, a.profile.kind, a.library.as_deref())
+            .map_err(CellError::Setup)?;
+        cell.bus.emit(Event::Allocator {
+            text: format!("{} is loaded in pid {pid}", a.text),
+        });
+    }
+    cell.run_phases(phases).await
+}
+
+async fn run_cell(
+    suite: &Suite,
+    plan: &CellPlan,
+    placement: Option<&Placement>,
+    interrupt: watch::Receiver<bool>,
+    progress: &Progress,
+) -> Result<CellResult, RunError> {
+    let origin = tokio::time::Instant::now();
+    std::fs::create_dir_all(&plan.data_dir)
+        .map_err(RunError::io("cannot create the cell folder"))?;
+    let jsonl =
+        Jsonl::create(&plan.dir.join("events.jsonl")).map_err(RunError::io("events file"))?;
+    let mut bus = Bus::new(&plan.id, origin).with(jsonl);
+    if progress.console() {
+        bus = bus.with(progress.console_sink());
+    }
+    let mut parts = CellResources::start(plan, placement, origin).await?;
+    bus = bus.with(progress.cell(
+        plan,
+        parts.load.as_ref().map(|l| l.live()),
+        parts.target.clone(),
+    ));
+    bus.emit(resources::cell_event(
+        plan,
+        parts.cgroup.as_deref(),
+        parts.engine.as_ref(),
+    ));
+    let ctx = Context {
+        dir: plan.dir.clone(),
+        vars: plan.vars.clone(),
+        run_id: crate::lock::run_id(),
+        seed: plan.seed,
+        scale: plan.scale,
+        versions: plan.versions.clone(),
+        readback_after_restart: plan.readback_after_restart,
+        network: parts.proxy.clone(),
+        disk: parts.disk(),
+        unsynced_tail_allowed: plan.unsynced_tail_allowed,
+    };
+    let verify = plan.load.as_ref().map(|l| l.protocol.open());
+    let remote = parts
+        .engine
+        .as_ref()
+        .filter(|e| !e.local)
+        .map(|e| e.host.clone());
+    let target = parts.target.clone();
+    let mut cell = Cell::new(
+        &mut parts.node,
+        parts.load.as_mut(),
+        target,
+        &mut bus,
+        verify,
+        interrupt,
+        ctx,
+    );
+    let outcome = drive(&mut cell, remote.as_deref(), plan, &suite.phases).await;
+    cell.finish().await;
+    drop(cell);
+    let measured = parts.stop(plan, placement, &mut bus).await;
+    if let Err(e) = &outcome {
+        if e.never_started() && bus.recorder.restarts.is_empty() {
+            bus.error(e.to_string());
+            return Err(RunError::Environment(e.to_string()));
+        }
+    }
+    Ok(assemble::assemble(plan, outcome.err(), &mut bus, measured))
+}

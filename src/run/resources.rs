@@ -1,0 +1,448 @@
+//! A cell's resources: everything brought up before its first phase (the
+//! node and its cgroup, the network proxy and the load, the fault
+//! filesystem, telemetry), as the plan decided, as one guard. `stop` takes
+//! them down in the reverse order and returns what they measured; an early
+//! return or a panic drops the guard, and each part's own `Drop` takes it
+//! down in the same order (fields drop in the order they are declared).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, AtomicU32};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cell::event::{Bus, Event};
+use crate::driver::any::AnyNode;
+use crate::driver::cgroup::{self, place::Placement, Cgroup};
+use crate::driver::Node;
+use crate::faults::disk::Mounted;
+use crate::faults::proxy::Proxy;
+use crate::model::CgroupSummary;
+use crate::plan::CellPlan;
+use crate::telemetry::{Sample, Sampler, ScrapeStats, Scraper, Target};
+use crate::workload::Load;
+
+use super::assemble::CellMeasures;
+use super::RunError;
+
+/// The parts of a running cell, declared in the order they are taken down.
+pub(super) struct CellResources {
+    telemetry: Option<Telemetry>,
+    pub(super) load: Option<Load>,
+    pub(super) node: AnyNode,
+    disk: Option<FaultFs>,
+    pub(super) proxy: Option<Arc<Proxy>>,
+    /// The node's cgroup, as telemetry and the report read it.
+    pub(super) cgroup: Option<Arc<Cgroup>>,
+    pub(super) engine: Option<crate::model::EngineInfo>,
+    /// What telemetry and the cell watch: the node's pid, cgroup and data.
+    pub(super) target: Target,
+}
+
+impl CellResources {
+    /// Brings the cell's parts up in order: the node (not started: its
+    /// first start is the cell's first phase) in its cgroup, the proxy and
+    /// the load, the fault filesystem under the data directory, telemetry.
+    /// On an error, those already up are taken down again.
+    pub(super) async fn start(
+        plan: &CellPlan,
+        placement: Option<&Placement>,
+        origin: tokio::time::Instant,
+    ) -> Result<CellResources, RunError> {
+        let (node, cgroup) = prepare_node(plan, placement).await?;
+        let info = node.info();
+        let (proxy, load) = start_load(plan, origin).await?;
+        // With disk faults, the data directory is soak's fault filesystem;
+        // the files live in a folder beside it, which telemetry reads.
+        let disk = match plan.fault_fs {
+            Some(writes) => Some(mount_fault_fs(plan, writes)?),
+            None => None,
+        };
+        let target = Target {
+            pid: Arc::new(AtomicI32::new(0)),
+            segment: Arc::new(AtomicU32::new(0)),
+            cgroup: cgroup.clone(),
+            data_dir: Some(match disk.as_ref().and_then(|d| d.mounted.as_ref()) {
+                Some(m) => m.backing().to_path_buf(),
+                None => plan.data_dir.clone(),
+            }),
+            pid_cgroup: plan.container.is_some(),
+            engine_memory: info.engine_memory,
+        };
+        if let (Some(user), None) = (&plan.node.user, &plan.container) {
+            give_data_dir(&plan.data_dir, user)?;
+        }
+        let telemetry = Telemetry::start(plan, &target, origin)?;
+        Ok(CellResources {
+            telemetry: Some(telemetry),
+            load,
+            node,
+            disk,
+            proxy,
+            cgroup,
+            engine: info.engine,
+            target,
+        })
+    }
+
+    /// The fault filesystem, for the cell's disk faults.
+    pub(super) fn disk(&self) -> Option<Arc<Mounted>> {
+        self.disk.as_ref().and_then(|d| d.mounted.clone())
+    }
+
+    /// Takes the parts down in reverse order (telemetry, the load's log,
+    /// the node, the fault filesystem) and returns what they measured. The
+    /// kernel's counters are read before the cgroup goes with the node.
+    pub(super) async fn stop(
+        mut self,
+        plan: &CellPlan,
+        placement: Option<&Placement>,
+        bus: &mut Bus,
+    ) -> CellMeasures {
+        let (kept, scrapes) = match self.telemetry.take() {
+            Some(t) => t.stop(bus).await,
+            None => Default::default(),
+        };
+        let samples_taken = kept.taken();
+        let samples = kept.into_samples();
+        if let Some(l) = self.load.as_mut() {
+            if let Err(err) = l.close_log().await {
+                bus.error(format!("latency.csv: {err}"));
+            }
+        }
+        let cgroup = self
+            .cgroup
+            .as_deref()
+            .map(|c| cgroup_summary(c, placement, &samples));
+        let oom_kills = oom_kills(self.cgroup.as_deref(), bus);
+        self.node.shutdown().await;
+        let disk_faults = self.disk.take().map(|mut d| {
+            let stats = d.mounted.as_ref().map(|m| m.stats());
+            d.unmount();
+            stats.unwrap_or_default()
+        });
+        let load = self.load.as_ref();
+        CellMeasures {
+            network: self.proxy.as_ref().map(|p| p.stats()),
+            disk_faults,
+            error_replies: load.map(|l| l.error_replies()).unwrap_or_default(),
+            windows: load.map(|l| l.windows()).unwrap_or_default(),
+            served: load.map(|l| l.served()).unwrap_or_default(),
+            load: load.map(|l| l.stats()),
+            samples,
+            samples_taken,
+            scrapes,
+            cgroup,
+            oom_kills,
+            engine: self.engine.take(),
+            log_errors: crate::analysis::log::error_lines(&plan.dir.join("node.log"), 8),
+        }
+    }
+}
+
+/// soak's fault filesystem over the data directory, unmounted when
+/// dropped, with the files put back where the node wrote them, so that the
+/// cell's folder looks as without it (for `soak verify` and the user's own
+/// tools), on every path.
+struct FaultFs {
+    mounted: Option<Arc<Mounted>>,
+    data_dir: PathBuf,
+}
+
+impl FaultFs {
+    fn unmount(&mut self) {
+        let Some(m) = self.mounted.take() else {
+            return;
+        };
+        match Arc::try_unwrap(m) {
+            Ok(m) => drop(m),
+            Err(m) => {
+                crate::faults::disk::unmount(m.mountpoint());
+            }
+        }
+        crate::faults::disk::restore(&self.data_dir);
+    }
+}
+
+impl Drop for FaultFs {
+    fn drop(&mut self) {
+        self.unmount();
+    }
+}
+
+/// The node of a cell, in its cgroup (required for a memory limit;
+/// otherwise used when it can be), with `node.json` written for `soak
+/// verify` should soak itself not finish.
+async fn prepare_node(
+    plan: &CellPlan,
+    placement: Option<&Placement>,
+) -> Result<(AnyNode, Option<Arc<Cgroup>>), RunError> {
+    let mut saved = crate::verify::saved::SavedNode::of(
+        &plan.node,
+        plan.load.as_ref().map(|l| l.protocol.clone()),
+        plan.load
+            .as_ref()
+            .map(|l| l.timeout)
+            .unwrap_or(Duration::from_secs(5)),
+    );
+    if let Some(c) = &plan.container {
+        saved = saved.in_container(c);
+    }
+    saved
+        .write(&plan.dir.join("node.json"))
+        .map_err(RunError::io("node.json"))?;
+    // A container's limits and cgroup are the engine's.
+    let cg = match placement.filter(|_| plan.container.is_none()) {
+        None => None,
+        Some(p) => match p.create(&plan.cgroup_name, plan.limits) {
+            Ok(cg) => Some(cg),
+            Err(e) if plan.needs_cgroup => {
+                return Err(RunError::Environment(format!(
+                    "limits.memory needs a memory cgroup: {e}"
+                )))
+            }
+            Err(_) => None,
+        },
+    };
+    let view = cg.as_ref().map(|c| Arc::new(c.view()));
+    let node = AnyNode::open(plan.node.clone(), plan.container.clone(), cg)
+        .await
+        .map_err(|e| RunError::Environment(e.to_string()))?;
+    Ok((node, view))
+}
+
+/// What telemetry kept while the cell ran.
+struct Telemetry {
+    sampler: Sampler,
+    scraper: Option<Scraper>,
+}
+
+impl Telemetry {
+    fn start(
+        plan: &CellPlan,
+        target: &Target,
+        origin: tokio::time::Instant,
+    ) -> Result<Telemetry, RunError> {
+        let sampler = Sampler::start(
+            target.clone(),
+            plan.interval,
+            plan.dir.join("samples.csv.gz"),
+            origin,
+        )
+        .map_err(RunError::io("samples file"))?;
+        let scraper = match &plan.scrape {
+            Some(url) => Some(
+                Scraper::start(
+                    url.clone(),
+                    plan.interval,
+                    plan.dir.join("metrics.csv.gz"),
+                    origin,
+                    target.pid.clone(),
+                )
+                .map_err(RunError::io("metrics file"))?,
+            ),
+            None => None,
+        };
+        Ok(Telemetry { sampler, scraper })
+    }
+
+    async fn stop(self, bus: &mut Bus) -> (crate::telemetry::Kept, Option<ScrapeStats>) {
+        let samples = self.sampler.stop().await;
+        let scrapes = match self.scraper {
+            Some(s) => Some(s.stop().await),
+            None => None,
+        };
+        // Said only when scrapes were tried: a node that never got ready
+        // was never scraped, and that is its own error.
+        if let Some(s) = scrapes
+            .as_ref()
+            .filter(|s| s.ok == 0 && s.failed + s.empty > 0)
+        {
+            bus.notice(
+                "metrics",
+                format!(
+                    "no scrape of the Prometheus endpoint gave any series ({} failed, {} empty{})",
+                    s.failed,
+                    s.empty,
+                    s.last_error
+                        .as_ref()
+                        .map(|e| format!("; last error: {e}"))
+                        .unwrap_or_default()
+                ),
+            );
+        }
+        (samples, scrapes)
+    }
+}
+
+/// The cell's load, if it has one, and with `network` phases the proxy it
+/// connects through (the read-backs do not: they judge the data, not the
+/// network).
+async fn start_load(
+    plan: &CellPlan,
+    origin: tokio::time::Instant,
+) -> Result<(Option<Arc<crate::faults::proxy::Proxy>>, Option<Load>), RunError> {
+    let network = match (&plan.load, plan.proxy) {
+        (Some(l), true) => {
+            let target = l.protocol.target().ok_or_else(|| {
+                RunError::Environment(
+                    "`network` faults need to know where the load's requests go: give the adapter a `target`".into(),
+                )
+            })?;
+            Some(Arc::new(start_proxy(&target, plan.seed).await?))
+        }
+        _ => None,
+    };
+    let mut load_cfg = plan.load.clone();
+    if let (Some(c), Some(p)) = (load_cfg.as_mut(), &network) {
+        c.protocol.retarget(&p.addr().to_string());
+    }
+    let mut load = load_cfg.map(Load::new);
+    if let Some(l) = load.as_mut() {
+        l.set_origin(origin.into_std());
+        l.log_intervals(
+            &plan.dir.join("latency.csv"),
+            plan.interval,
+            origin,
+            &plan.checks.windows(),
+        );
+    }
+    Ok((network, load))
+}
+
+/// The cell's first event: its seed, allocator and where its memory is
+/// counted.
+pub(super) fn cell_event(
+    plan: &CellPlan,
+    cg: Option<&Cgroup>,
+    engine: Option<&crate::driver::docker::engine::EngineInfo>,
+) -> Event {
+    Event::Cell {
+        seed: plan.seed,
+        allocator: plan.allocator.as_ref().map(|a| a.text.clone()),
+        cgroup: match cg {
+            Some(c) => Some(c.path.display().to_string()),
+            None => engine.map(|e| {
+                format!(
+                    "the container's, made by Docker {} at {} (cgroup v{})",
+                    e.version, e.host, e.cgroup_version
+                )
+            }),
+        },
+    }
+}
+
+/// The kernel's OOM kills of the node's cgroup; a container's cgroup
+/// goes with it, so its OOM kills are the engine's word (`OOMKilled`),
+/// one per restart it caused.
+fn oom_kills(cg: Option<&Cgroup>, bus: &Bus) -> u64 {
+    let oom_restarts = bus
+        .recorder
+        .restarts
+        .iter()
+        .filter(|r| r.reason == crate::model::Cause::Oom)
+        .count() as u64;
+    cg.map(|c| c.oom_kills()).unwrap_or(0).max(oom_restarts)
+}
+
+/// Gives the node's data directory to the user it runs as, after making
+/// sure that user can reach it (a folder above it that only its owner may
+/// enter, as `tempfile` makes them, would stop the node with a bare
+/// "Permission denied").
+fn give_data_dir(data_dir: &std::path::Path, user: &str) -> Result<(), RunError> {
+    use std::os::unix::fs::MetadataExt;
+    let (uid, gid) = crate::driver::process::resolve_user(user)
+        .map_err(|e| RunError::Environment(format!("node.user: {e}")))?;
+    for dir in data_dir.ancestors().skip(1) {
+        let Ok(md) = std::fs::metadata(dir) else {
+            continue;
+        };
+        let searchable = md.mode() & 0o001 != 0
+            || (md.uid() == uid && md.mode() & 0o100 != 0)
+            || (md.gid() == gid && md.mode() & 0o010 != 0);
+        if !searchable {
+            return Err(RunError::Environment(format!(
+                "the node runs as {user}, who cannot enter {} (mode {:o}): `chmod o+x {}`, or give the run an --out folder {user} can reach",
+                dir.display(),
+                md.mode() & 0o7777,
+                dir.display()
+            )));
+        }
+    }
+    std::os::unix::fs::chown(data_dir, Some(uid), Some(gid)).map_err(|e| {
+        RunError::Environment(format!("cannot give {} to {user}: {e}", data_dir.display()))
+    })
+}
+
+/// The fault filesystem over the cell's data directory; the files live in
+/// `data.files` beside it while it is mounted.
+fn mount_fault_fs(
+    plan: &CellPlan,
+    writes: crate::faults::disk::Writes,
+) -> Result<FaultFs, RunError> {
+    let backing = crate::faults::disk::backing_of(&plan.data_dir);
+    crate::faults::disk::Mounted::mount(
+        &backing,
+        &plan.data_dir,
+        &crate::lock::run_id(),
+        plan.seed,
+        plan.disk_limit,
+        writes,
+    )
+    .map(|m| FaultFs {
+        mounted: Some(Arc::new(m)),
+        data_dir: plan.data_dir.clone(),
+    })
+    .map_err(|e| {
+        RunError::Environment(format!(
+            "cannot mount soak's fault filesystem at {} (disk faults need root and /dev/fuse; `modprobe fuse` loads it): {e}",
+            plan.data_dir.display()
+        ))
+    })
+}
+
+/// The proxy in front of the load's target (`HOST:PORT`).
+async fn start_proxy(target: &str, seed: u64) -> Result<crate::faults::proxy::Proxy, RunError> {
+    let env = |e: String| RunError::Environment(e);
+    let upstream = tokio::net::lookup_host(target)
+        .await
+        .map_err(|e| env(format!("the load's target {target}: {e}")))?
+        .next()
+        .ok_or_else(|| env(format!("the load's target {target} has no address")))?;
+    crate::faults::proxy::Proxy::start(upstream, seed)
+        .await
+        .map_err(|e| env(format!("cannot start the network proxy for {target}: {e}")))
+}
+
+/// What a node's cgroup recorded, from its files and the samples.
+fn cgroup_summary(
+    c: &cgroup::Cgroup,
+    placement: Option<&Placement>,
+    samples: &[Sample],
+) -> CgroupSummary {
+    let events = c.events();
+    let pressure = c.pressure();
+    let max_of = |f: fn(&Sample) -> Option<f64>| {
+        samples
+            .iter()
+            .filter_map(f)
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+    };
+    CgroupSummary {
+        version: match c.version {
+            cgroup::Version::V1 => "v1".into(),
+            cgroup::Version::V2 => "v2".into(),
+        },
+        path: c.path.display().to_string(),
+        placement: placement.map(|p| p.plan.to_string()).unwrap_or_default(),
+        peak_bytes: c.peak(),
+        high_bytes: c.high_limit(),
+        events_high: events.high,
+        events_max: events.max,
+        events_oom: events.oom,
+        oom_kills: events.oom_kill,
+        pressure_some_avg10_max: max_of(|s| s.pressure_some),
+        pressure_full_avg10_max: max_of(|s| s.pressure_full),
+        pressure_some_stall_s: pressure.map(|p| p.some_total_us as f64 / 1e6),
+        pressure_full_stall_s: pressure.map(|p| p.full_total_us as f64 / 1e6),
+    }
+}
