@@ -246,16 +246,21 @@ impl Event {
 
     /// The rest of the console line.
     pub fn text(&self) -> String {
+        if let Some(text) = self.verify_text() {
+            return text;
+        }
         match self {
             Event::Cell {
                 seed,
                 allocator,
                 cgroup,
-            } => format!(
-                "seed {seed}, allocator {}, cgroup {}",
-                allocator.as_deref().unwrap_or("as linked"),
-                cgroup.as_deref().unwrap_or("none")
-            ),
+            } => {
+                let allocator = allocator.as_deref().unwrap_or("as linked");
+                format!(
+                    "seed {seed}, allocator {allocator}, cgroup {}",
+                    cgroup.as_deref().unwrap_or("none")
+                )
+            }
             Event::Allocator { text }
             | Event::Limit { text, .. }
             | Event::Corruption { text }
@@ -269,14 +274,7 @@ impl Event {
                 cause,
                 version,
                 ..
-            } => {
-                let why = match (cause, version) {
-                    (Some(Cause::Upgrade | Cause::Downgrade), Some(v)) => format!(" ({v})"),
-                    (Some(c), _) => format!(" (restart after {})", c.said()),
-                    (None, _) => String::new(),
-                };
-                format!("pid {pid} after {after_ms} ms{why}")
-            }
+            } => ready_text(*pid, *after_ms, *cause, version.as_deref()),
             Event::Died { exit, .. } => exit.clone(),
             Event::Killed { signal, exit } => format!("{signal} ({exit})"),
             Event::FaultLifted { fault } => format!("{fault}: recovery measured from here"),
@@ -319,48 +317,50 @@ impl Event {
             Event::ExecStarted { command } => command.clone(),
             Event::Swap { from, to, .. } => format!("{from} -> {to}"),
             Event::Refused { to, reason } => format!("{to} would not start: {reason}"),
-            Event::Swapped { record } => format!(
-                "{} {} -> {}: {:?}",
-                record.kind.as_str(),
-                record.from,
-                record.to,
-                record.outcome
-            ),
+            Event::Swapped { record: r } => {
+                format!(
+                    "{} {} -> {}: {:?}",
+                    r.kind.as_str(),
+                    r.from,
+                    r.to,
+                    r.outcome
+                )
+            }
+            Event::VerifyStarted { .. }
+            | Event::VerifyProgress { .. }
+            | Event::ReadBack { .. }
+            | Event::ReadsFound { .. }
+            | Event::NotRecovered { .. }
+            | Event::ReadBackRetry { .. } => unreachable!("said by verify_text"),
+            Event::Verdict { verdict } => verdict.as_str().into(),
+        }
+    }
+
+    /// The words of the events of read-backs and recoveries.
+    fn verify_text(&self) -> Option<String> {
+        Some(match self {
             Event::VerifyStarted { what } => what.clone(),
             Event::VerifyProgress { done, all } => format!("{done}/{all} keys"),
             Event::ReadBack {
-                restart: Some(n),
+                restart,
                 integrity,
                 took_s,
                 first_lost,
                 holes,
                 ..
-            } => format!(
-                "restart {n}: {integrity}, in {took_s:.1} s of read-back{}{}",
-                first(first_lost),
-                holes_text(holes)
-            ),
-            Event::ReadBack {
-                integrity,
-                first_lost,
-                holes,
-                ..
-            } => format!("{integrity}{}{}", first(first_lost), holes_text(holes)),
+            } => {
+                let found = format!("{}{}", first(first_lost), holes_text(holes));
+                match restart {
+                    Some(n) => {
+                        format!("restart {n}: {integrity}, in {took_s:.1} s of read-back{found}")
+                    }
+                    None => format!("{integrity}{found}"),
+                }
+            }
             Event::ReadsFound {
                 integrity,
                 first_lost,
-            } => format!(
-                "reads during the load: {} lost, {} corrupted, {} resurrected{}{}",
-                integrity.lost,
-                integrity.corrupted,
-                integrity.resurrected,
-                if integrity.aborted > 0 {
-                    format!(", {} aborted (a failed write read back)", integrity.aborted)
-                } else {
-                    String::new()
-                },
-                first(first_lost)
-            ),
+            } => reads_found_text(integrity, first_lost),
             Event::NotRecovered {
                 after,
                 down_at_s,
@@ -373,9 +373,33 @@ impl Event {
             Event::ReadBackRetry { error } => format!(
                 "the node died during the read-back ({error}); reading back again after its restart"
             ),
-            Event::Verdict { verdict } => verdict.as_str().into(),
-        }
+            _ => return None,
+        })
     }
+}
+
+fn ready_text(pid: i32, after_ms: u64, cause: Option<Cause>, version: Option<&str>) -> String {
+    let why = match (cause, version) {
+        (Some(Cause::Upgrade | Cause::Downgrade), Some(v)) => format!(" ({v})"),
+        (Some(c), _) => format!(" (restart after {})", c.said()),
+        (None, _) => String::new(),
+    };
+    format!("pid {pid} after {after_ms} ms{why}")
+}
+
+fn reads_found_text(integrity: &Integrity, first_lost: &Option<LostWrite>) -> String {
+    format!(
+        "reads during the load: {} lost, {} corrupted, {} resurrected{}{}",
+        integrity.lost,
+        integrity.corrupted,
+        integrity.resurrected,
+        if integrity.aborted > 0 {
+            format!(", {} aborted (a failed write read back)", integrity.aborted)
+        } else {
+            String::new()
+        },
+        first(first_lost)
+    )
 }
 
 fn holes_text(holes: &[Hole]) -> String {

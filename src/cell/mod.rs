@@ -21,8 +21,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::driver::{Death, DriverError, Launch, Node};
+use crate::faults::{Applied, Asked, Faults};
 use crate::model::{Cause, ExecResult, Integrity, Oracle, Swap, SwapOutcome, UpgradeRecord};
-use crate::suite::faults::{DiskFault, Room};
+use crate::suite::faults::DiskFault;
 use crate::suite::{template, ChaosAction, ChaosSpec, ExecSpec, Phase};
 use crate::telemetry::Target;
 use crate::units::human_duration;
@@ -108,12 +109,9 @@ pub struct Context {
     /// Read every key back after an unclean restart, before the load
     /// writes again (`workload.readback_after_restart`, default on).
     pub readback_after_restart: bool,
-    /// The network fault proxy the load connects through, where the
-    /// suite has `network` phases.
-    pub network: Option<std::sync::Arc<crate::faults::proxy::Proxy>>,
-    /// The fault filesystem under the data directory, where the suite has
-    /// disk faults.
-    pub disk: Option<std::sync::Arc<crate::faults::disk::Mounted>>,
+    /// The fault components the plan started (the network proxy the load
+    /// connects through, the fault filesystem under the data directory).
+    pub faults: Faults,
     /// `durability: unsynced-tail-allowed`: a power cut may take the
     /// unsynced tail of each connection's writes (never a hole).
     pub unsynced_tail_allowed: bool,
@@ -596,20 +594,20 @@ impl<'a, N: Node> Cell<'a, N> {
         })
     }
 
-    fn disk(&self, word: &str) -> Result<std::sync::Arc<crate::faults::disk::Mounted>, CellError> {
-        self.ctx.disk.clone().ok_or_else(|| {
-            CellError::Setup(format!(
-                "`{word}` needs soak's fault filesystem under the data directory, which a container node does not have"
-            ))
-        })
-    }
-
     /// A power cut: SIGKILL, every unsynced byte dropped, a start, and the
     /// read-back that judges what survived (the tail from holes).
-    async fn power_cut(&mut self, torn: bool) -> Result<String, CellError> {
-        let disk = self.disk("power_cut")?;
+    async fn power_cut(&mut self, d: &DiskFault, torn: bool) -> Result<String, CellError> {
+        // Asked first without a cut: a cell without the fault filesystem
+        // fails before its node is killed.
+        let faults = self.ctx.faults.clone();
+        if !faults.takes(Asked::Disk(d)) {
+            return Err(CellError::Setup(Asked::Disk(d).unavailable()));
+        }
         self.kill(Signal::SIGKILL, Cause::PowerCut).await?;
-        let dropped = disk.power_cut(torn);
+        let dropped = match faults.apply(Asked::Disk(d)).map_err(CellError::Setup)? {
+            Applied::Cut { dropped } => dropped,
+            _ => 0,
+        };
         self.bus.emit(Event::PowerCut { dropped, torn });
         let ms = self.start().await?;
         Ok(format!(
@@ -618,26 +616,23 @@ impl<'a, N: Node> Cell<'a, N> {
         ))
     }
 
-    /// Puts a disk fault in force on the fault filesystem.
-    async fn disk_fault(&mut self, d: &DiskFault) -> Result<String, CellError> {
-        let disk = self.disk(d.word())?;
-        match d {
-            DiskFault::PowerCut { torn } => return self.power_cut(*torn).await,
-            DiskFault::DiskFull(room) => disk.set_room(match room {
-                Room::Lifted => None,
-                Room::None => Some(0),
-                Room::Left(b) => Some(*b),
-            }),
-            DiskFault::IoErrors(f) => disk.set_errors(f.clone()),
-            DiskFault::IoDelay(f) => disk.set_delay(f.clone()),
+    /// Puts a fault in force, or lifts it, through the component that
+    /// takes it.
+    async fn fault(&mut self, asked: Asked<'_>) -> Result<String, CellError> {
+        if let Asked::Disk(d @ DiskFault::PowerCut { torn }) = asked {
+            return self.power_cut(d, *torn).await;
         }
-        let fault = d.to_string();
-        self.bus.emit(if d.is_lift() {
-            Event::FaultLifted { fault }
-        } else {
-            Event::FaultSet { fault }
-        });
-        Ok(format!("{d} ({} used)", crate::units::Bytes(disk.used())))
+        match self.ctx.faults.apply(asked).map_err(CellError::Setup)? {
+            Applied::Set { fault, text } => {
+                self.bus.emit(Event::FaultSet { fault });
+                Ok(text)
+            }
+            Applied::Lifted { fault, text } => {
+                self.bus.emit(Event::FaultLifted { fault });
+                Ok(text)
+            }
+            Applied::Cut { .. } => unreachable!("a power cut goes through power_cut"),
+        }
     }
 
     async fn exec(&mut self, e: &ExecSpec) -> Result<String, CellError> {
@@ -971,10 +966,10 @@ impl<'a, N: Node> Cell<'a, N> {
                     self.start().await?;
                 }
                 ChaosAction::Network(n) => {
-                    self.network(n)?;
+                    self.fault(Asked::Network(n)).await?;
                 }
                 ChaosAction::Disk(d) => {
-                    self.disk_fault(d).await?;
+                    self.fault(Asked::Disk(d)).await?;
                 }
             }
             if let Some(lift) = lift {
@@ -982,8 +977,8 @@ impl<'a, N: Node> Cell<'a, N> {
                 // interrupted run leaves no fault in force.
                 let held = self.hold(hold).await;
                 match lift {
-                    ChaosAction::Network(n) => self.network(&n)?,
-                    ChaosAction::Disk(d) => self.disk_fault(&d).await?,
+                    ChaosAction::Network(n) => self.fault(Asked::Network(&n)).await?,
+                    ChaosAction::Disk(d) => self.fault(Asked::Disk(&d)).await?,
                     _ => unreachable!("only faults are lifted"),
                 };
                 held?;
@@ -1021,24 +1016,6 @@ impl<'a, N: Node> Cell<'a, N> {
         let text = e.text();
         self.bus.emit(e);
         Ok(text)
-    }
-
-    /// Puts the phase's network faults in force on the proxy.
-    fn network(&mut self, n: &crate::suite::NetworkSpec) -> Result<String, CellError> {
-        let Some(p) = &self.ctx.network else {
-            return Err(CellError::Setup(
-                "`network` faults need the built-in load, which connects through soak's proxy"
-                    .into(),
-            ));
-        };
-        p.set(*n);
-        let fault = format!("network {n}");
-        self.bus.emit(if n.is_clear() {
-            Event::FaultLifted { fault }
-        } else {
-            Event::FaultSet { fault }
-        });
-        Ok(format!("network: {n}"))
     }
 
     pub async fn run_phase(&mut self, phase: &Phase) -> Result<String, CellError> {
@@ -1082,8 +1059,8 @@ impl<'a, N: Node> Cell<'a, N> {
                 Ok("waited".into())
             }
             Phase::Kill(sig) => self.kill(sig.0, Cause::Kill).await,
-            Phase::Network(n) => self.network(n),
-            Phase::Disk(d) => self.disk_fault(d).await,
+            Phase::Network(n) => self.fault(Asked::Network(n)).await,
+            Phase::Disk(d) => self.fault(Asked::Disk(d)).await,
             Phase::Start => {
                 let ms = self.start().await?;
                 Ok(format!("ready after {ms} ms"))

@@ -247,8 +247,7 @@ async fn run_with(
         ..Default::default()
     };
     let ctx = Context {
-        network: None,
-        disk: None,
+        faults: crate::faults::Faults::default(),
         unsynced_tail_allowed: false,
         dir: dir.path().to_path_buf(),
         vars: Default::default(),

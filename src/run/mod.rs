@@ -417,8 +417,7 @@ async fn run_cell(
         scale: plan.scale,
         versions: plan.versions.clone(),
         readback_after_restart: plan.readback_after_restart,
-        network: parts.proxy.clone(),
-        disk: parts.disk(),
+        faults: parts.faults(),
         unsynced_tail_allowed: plan.unsynced_tail_allowed,
     };
     let verify = plan.load.as_ref().map(|l| l.protocol.open());

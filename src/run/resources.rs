@@ -16,6 +16,7 @@ use crate::driver::cgroup::{self, place::Placement, Cgroup};
 use crate::driver::Node;
 use crate::faults::disk::Mounted;
 use crate::faults::proxy::Proxy;
+use crate::faults::Faults;
 use crate::model::CgroupSummary;
 use crate::plan::CellPlan;
 use crate::telemetry::{Sample, Sampler, ScrapeStats, Scraper, Target};
@@ -84,9 +85,16 @@ impl CellResources {
         })
     }
 
-    /// The fault filesystem, for the cell's disk faults.
-    pub(super) fn disk(&self) -> Option<Arc<Mounted>> {
-        self.disk.as_ref().and_then(|d| d.mounted.clone())
+    /// The fault components the plan asked for, for the cell's phases.
+    pub(super) fn faults(&self) -> Faults {
+        let mut faults = Faults::default();
+        if let Some(p) = &self.proxy {
+            faults = faults.with(p.clone());
+        }
+        if let Some(m) = self.disk.as_ref().and_then(|d| d.mounted.clone()) {
+            faults = faults.with(m);
+        }
+        faults
     }
 
     /// Takes the parts down in reverse order (telemetry, the load's log,
@@ -115,15 +123,14 @@ impl CellResources {
             .map(|c| cgroup_summary(c, placement, &samples));
         let oom_kills = oom_kills(self.cgroup.as_deref(), bus);
         self.node.shutdown().await;
-        let disk_faults = self.disk.take().map(|mut d| {
-            let stats = d.mounted.as_ref().map(|m| m.stats());
+        let faults = self.faults().record();
+        if let Some(mut d) = self.disk.take() {
             d.unmount();
-            stats.unwrap_or_default()
-        });
+        }
         let load = self.load.as_ref();
         CellMeasures {
-            network: self.proxy.as_ref().map(|p| p.stats()),
-            disk_faults,
+            network: faults.network,
+            disk_faults: faults.disk,
             error_replies: load.map(|l| l.error_replies()).unwrap_or_default(),
             windows: load.map(|l| l.windows()).unwrap_or_default(),
             served: load.map(|l| l.served()).unwrap_or_default(),
