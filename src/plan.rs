@@ -553,6 +553,55 @@ fn http_spec(
 }
 
 /// Resolves one cell of `suite` in `ctx`.
+/// How the fault filesystem takes the node's writes: through the kernel's
+/// writeback cache unless a fault must answer the `write()` itself.
+fn fault_fs_writes(suite: &Suite) -> crate::faults::disk::Writes {
+    if suite.writes_may_be_cached() {
+        crate::faults::disk::Writes::Cached
+    } else {
+        crate::faults::disk::Writes::Through
+    }
+}
+
+/// The container of a cell whose node is an image: named and labelled
+/// for `soak cleanup`, the cell's folder mounted, the suite's limits.
+fn container_plan(
+    suite: &Suite,
+    def: &CellDef,
+    index: usize,
+    ctx: &RunContext,
+    dir: &Path,
+    image: &str,
+) -> ContainerPlan {
+    ContainerPlan {
+        image: image.to_string(),
+        host: ctx.docker_host.clone(),
+        name: format!("soak-{}-{index}", ctx.run_id),
+        labels: [
+            (LABEL_RUN.to_string(), ctx.run_id.clone()),
+            (LABEL_CELL.to_string(), def.id.clone()),
+            (LABEL_SUITE.to_string(), ctx.suite_name.clone()),
+            (
+                LABEL_MACHINE.to_string(),
+                crate::driver::docker::container::machine(),
+            ),
+        ]
+        .into(),
+        mounts: vec![dir.to_path_buf()],
+        // soak's own user by default, so that the node's files in the cell
+        // folder are soak's to read, verify and remove.
+        user: Some(
+            suite
+                .node
+                .user
+                .clone()
+                .unwrap_or_else(|| format!("{}:{}", nix::unistd::getuid(), nix::unistd::getgid())),
+        ),
+        memory: suite.limits.memory.map(|s| s.0),
+        swap: suite.limits.swap.map(|s| s.0),
+    }
+}
+
 pub fn resolve(
     suite: &Suite,
     def: &CellDef,
@@ -579,37 +628,14 @@ pub fn resolve(
     let base = Launch {
         argv: r.argv("node.command", &suite.node.command)?,
         env,
-        image: match &suite.node.image {
-            Some(i) => Some(r.one("node.image", i)?),
-            None => None,
-        },
+        image: (suite.node.image.as_ref())
+            .map(|i| r.one("node.image", i))
+            .transpose()?,
     };
-    let container =
-        base.image.as_ref().map(|image| ContainerPlan {
-            image: image.clone(),
-            host: ctx.docker_host.clone(),
-            name: format!("soak-{}-{index}", ctx.run_id),
-            labels: [
-                (LABEL_RUN.to_string(), ctx.run_id.clone()),
-                (LABEL_CELL.to_string(), def.id.clone()),
-                (LABEL_SUITE.to_string(), ctx.suite_name.clone()),
-                (
-                    LABEL_MACHINE.to_string(),
-                    crate::driver::docker::container::machine(),
-                ),
-            ]
-            .into(),
-            mounts: vec![dir.clone()],
-            // soak's own user by default, so that the node's files in the cell
-            // folder are soak's to read, verify and remove.
-            user: Some(
-                suite.node.user.clone().unwrap_or_else(|| {
-                    format!("{}:{}", nix::unistd::getuid(), nix::unistd::getgid())
-                }),
-            ),
-            memory: suite.limits.memory.map(|s| s.0),
-            swap: suite.limits.swap.map(|s| s.0),
-        });
+    let container = base
+        .image
+        .as_ref()
+        .map(|image| container_plan(suite, def, index, ctx, &dir, image));
     let node = Spec {
         argv: base.argv.clone(),
         env: base.env.clone(),
@@ -618,21 +644,19 @@ pub fn resolve(
         stop_signal: suite.node.stop.signal.0,
         grace: suite.node.stop.grace.0,
         log: dir.join("node.log"),
-        user: match &base.image {
-            Some(_) => None,
-            None => suite.node.user.clone(),
-        },
+        // A container's user is its plan's.
+        user: suite.node.user.clone().filter(|_| base.image.is_none()),
     };
-    let scrape = match &suite.node.metrics {
-        Some(m) => Some(r.url("node.metrics.prometheus", &m.prometheus)?),
-        None => None,
-    };
+    let scrape = (suite.node.metrics.as_ref())
+        .map(|m| r.url("node.metrics.prometheus", &m.prometheus))
+        .transpose()?;
+    // The growth analysis leaves out the first check's warm-up (10 s
+    // without one), scaled as the phases are.
     let warmup_s = suite
         .checks
         .memory_growth
         .first()
-        .map(|g| g.warmup.0.as_secs_f64() * ctx.scale)
-        .unwrap_or(10.0);
+        .map_or(10.0, |g| g.warmup.0.as_secs_f64() * ctx.scale);
     let in_container = container.is_some();
     Ok(CellPlan {
         id: def.id.clone(),
@@ -665,13 +689,7 @@ pub fn resolve(
             .as_ref()
             .is_some_and(|w| w.durability == crate::suite::Durability::UnsyncedTailAllowed),
         proxy: suite.workload.is_some() && suite.uses_network_faults(),
-        fault_fs: (suite.uses_disk_faults() && !in_container).then(|| {
-            if suite.writes_may_be_cached() {
-                crate::faults::disk::Writes::Cached
-            } else {
-                crate::faults::disk::Writes::Through
-            }
-        }),
+        fault_fs: (suite.uses_disk_faults() && !in_container).then(|| fault_fs_writes(suite)),
         disk_limit: suite.limits.disk.map(|d| d.0),
         checks: match &def.expect {
             Some(e) => suite.checks.overlaid(e),

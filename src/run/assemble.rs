@@ -214,20 +214,7 @@ pub(super) fn assemble(
     let verdict = checks::cell_verdict(error.is_some(), &checks);
     let expectation = plan.expect.as_ref().map(|e| expectation(e, &checks));
     bus.emit(Event::Verdict { verdict });
-    let rel = &plan.rel_dir;
-    let mut files: BTreeMap<String, String> = ["node.log", "samples.csv.gz", "events.jsonl"]
-        .iter()
-        .map(|f| (f.to_string(), format!("{rel}/{f}")))
-        .collect();
-    if m.load.is_some() {
-        files.insert("latency.csv".into(), format!("{rel}/latency.csv"));
-    }
-    if plan.scrape.is_some() {
-        files.insert("metrics.csv.gz".into(), format!("{rel}/metrics.csv.gz"));
-    }
-    for e in &rec.execs {
-        files.insert(e.log.clone(), format!("{rel}/{}", e.log));
-    }
+    let files = files(plan, m.load.is_some(), &rec.execs);
     let result = CellResult {
         id: plan.id.clone(),
         params: plan.params.clone(),
@@ -262,6 +249,29 @@ pub(super) fn assemble(
         harness: harness_cost(&m.samples, plan.interval),
     };
     result
+}
+
+/// The cell's files, by name, relative to the run's folder.
+fn files(
+    plan: &CellPlan,
+    load: bool,
+    execs: &[crate::model::ExecResult],
+) -> BTreeMap<String, String> {
+    let rel = &plan.rel_dir;
+    let mut files: BTreeMap<String, String> = ["node.log", "samples.csv.gz", "events.jsonl"]
+        .iter()
+        .map(|f| (f.to_string(), format!("{rel}/{f}")))
+        .collect();
+    if load {
+        files.insert("latency.csv".into(), format!("{rel}/latency.csv"));
+    }
+    if plan.scrape.is_some() {
+        files.insert("metrics.csv.gz".into(), format!("{rel}/metrics.csv.gz"));
+    }
+    for e in execs {
+        files.insert(e.log.clone(), format!("{rel}/{}", e.log));
+    }
+    files
 }
 
 /// soak's own cost over the cell, from the first to the last sample.

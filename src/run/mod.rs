@@ -245,15 +245,7 @@ pub async fn run(
         Err(_) => None,
     };
     let started = chrono::Utc::now();
-    let dir = opts
-        .out
-        .join(&suite.name)
-        .join(format!("{}-{run_id}", started.format("%Y%m%dT%H%M%SZ")));
-    std::fs::create_dir_all(&dir)
-        .map_err(RunError::io(format!("cannot create {}", dir.display())))?;
-    let dir = dir
-        .canonicalize()
-        .map_err(RunError::io("cannot create the run folder"))?;
+    let dir = run_dir(&opts.out, &suite.name, &run_id, started)?;
     let origin = tokio::time::Instant::now();
     let seed = opts.seed.unwrap_or_else(|| rand::rng().random());
     eprintln!(
@@ -264,22 +256,7 @@ pub async fn run(
         if cells.len() == 1 { "" } else { "s" },
         dir.display()
     );
-    let ctx = RunContext {
-        run_id: run_id.clone(),
-        soak_node: soak_node(&dir)?,
-        run_dir: dir.clone(),
-        suite_dir: std::fs::canonicalize(&opts.suite)
-            .ok()
-            .and_then(|p| p.parent().map(Path::to_path_buf))
-            .unwrap_or_else(|| PathBuf::from(".")),
-        seed,
-        scale: opts.duration_scale,
-        interval: opts.interval,
-        real_ports: true,
-        find_libraries: true,
-        docker_host: opts.docker_host.clone(),
-        suite_name: suite.name.clone(),
-    };
+    let ctx = run_context(&suite, opts, &run_id, &dir, seed)?;
     progress.begin_run(&suite, cells.len(), opts.duration_scale);
 
     let mut results = vec![];
@@ -328,6 +305,48 @@ pub async fn run(
         return Err(e);
     }
     Ok((summary, dir))
+}
+
+/// The run's folder: `OUT/SUITE/TIME-ID`, made.
+fn run_dir(
+    out: &Path,
+    suite: &str,
+    run_id: &str,
+    started: chrono::DateTime<chrono::Utc>,
+) -> Result<PathBuf, RunError> {
+    let dir = out
+        .join(suite)
+        .join(format!("{}-{run_id}", started.format("%Y%m%dT%H%M%SZ")));
+    std::fs::create_dir_all(&dir)
+        .map_err(RunError::io(format!("cannot create {}", dir.display())))?;
+    dir.canonicalize()
+        .map_err(RunError::io("cannot create the run folder"))
+}
+
+/// What every cell of the run is planned with.
+fn run_context(
+    suite: &Suite,
+    opts: &RunOptions,
+    run_id: &str,
+    dir: &Path,
+    seed: u64,
+) -> Result<RunContext, RunError> {
+    Ok(RunContext {
+        run_id: run_id.to_string(),
+        soak_node: soak_node(dir)?,
+        run_dir: dir.to_path_buf(),
+        suite_dir: std::fs::canonicalize(&opts.suite)
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .unwrap_or_else(|| PathBuf::from(".")),
+        seed,
+        scale: opts.duration_scale,
+        interval: opts.interval,
+        real_ports: true,
+        find_libraries: true,
+        docker_host: opts.docker_host.clone(),
+        suite_name: suite.name.clone(),
+    })
 }
 
 fn summary_of(

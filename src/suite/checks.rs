@@ -445,6 +445,88 @@ fn at(name: &str, n: usize, i: usize, field: &str) -> String {
     }
 }
 
+/// What is wrong with one check's `phase` or `window` (the check is
+/// `checks.NAME[I]` of `n`).
+fn scope_problems_of(
+    s: &Suite,
+    name: &str,
+    n: usize,
+    i: usize,
+    phase: Option<&PhaseRef>,
+    window: Option<Dur>,
+    out: &mut Vec<(String, String)>,
+) {
+    if phase.is_some() && window.is_some() {
+        out.push((
+            at(name, n, i, "window"),
+            "give `phase` or `window`, not both".into(),
+        ));
+    }
+    match phase {
+        Some(PhaseRef::Place(p)) if *p == 0 || *p as usize > s.phases.len() => {
+            out.push((
+                at(name, n, i, "phase"),
+                format!(
+                    "`phase: {p}`: the suite has {} phases; count them from 1 as listed under `phases` (a `repeat` is one)",
+                    s.phases.len()
+                ),
+            ));
+        }
+        Some(PhaseRef::Name(words)) => {
+            let names: Vec<String> = s.phases.iter().map(|p| p.to_string()).collect();
+            let same = names.iter().filter(|n| *n == words).count();
+            if same != 1 {
+                out.push((
+                    at(name, n, i, "phase"),
+                    format!(
+                        "`phase: {words}`: {} name a phase by its words as the report does ({}), or by its place from 1",
+                        if same == 0 { "no phase of the suite is called that;" } else { "more than one phase is called that;" },
+                        names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            }
+        }
+        _ => {}
+    }
+    if window.is_some_and(|w| w.0.is_zero()) {
+        out.push((
+            at(name, n, i, "window"),
+            "a window has a length, e.g. 1m".into(),
+        ));
+    }
+}
+
+/// What is wrong with the `disk` check in this suite.
+fn disk_problems(d: &DiskCheck, s: &Suite) -> Vec<(String, String)> {
+    let mut out = vec![];
+    if d.max.is_none() && d.max_growth.is_none() && d.min_growth.is_none() {
+        out.push((
+                "checks.disk".into(),
+                "give `max` (a size, e.g. 4GiB), `max_growth` (a ratio, e.g. 1.5), or `min_growth` (the growth a reproduction must show, e.g. 2.0)"
+                    .into(),
+            ));
+    }
+    if d.max_growth.is_some_and(|g| !(g > 0.0 && g.is_finite())) {
+        out.push((
+            "checks.disk.max_growth".into(),
+            "a ratio above 0, e.g. 1.5 for half as large again".into(),
+        ));
+    }
+    let swaps = s.phases.iter().any(|p| {
+        matches!(
+            p,
+            crate::suite::Phase::Upgrade(_) | crate::suite::Phase::Downgrade(_)
+        )
+    });
+    if d.from == GrowthFrom::Upgrade && !swaps {
+        out.push((
+                "checks.disk.from".into(),
+                "`from: upgrade` compares with the size before the first upgrade, and the suite has no `upgrade` or `downgrade` phase: add one, or leave `from` out".into(),
+            ));
+    }
+    out
+}
+
 impl Checks {
     /// These checks with `over`'s in place of those it names: a cell's
     /// expectations over the suite's checks.
@@ -581,44 +663,7 @@ impl Checks {
             }
         }
         for (name, n, i, (phase, window)) in scopes {
-            if phase.is_some() && window.is_some() {
-                out.push((
-                    at(name, n, i, "window"),
-                    "give `phase` or `window`, not both".into(),
-                ));
-            }
-            match phase {
-                Some(PhaseRef::Place(p)) if *p == 0 || *p as usize > s.phases.len() => {
-                    out.push((
-                        at(name, n, i, "phase"),
-                        format!(
-                            "`phase: {p}`: the suite has {} phases; count them from 1 as listed under `phases` (a `repeat` is one)",
-                            s.phases.len()
-                        ),
-                    ));
-                }
-                Some(PhaseRef::Name(words)) => {
-                    let names: Vec<String> = s.phases.iter().map(|p| p.to_string()).collect();
-                    let same = names.iter().filter(|n| *n == words).count();
-                    if same != 1 {
-                        out.push((
-                            at(name, n, i, "phase"),
-                            format!(
-                                "`phase: {words}`: {} name a phase by its words as the report does ({}), or by its place from 1",
-                                if same == 0 { "no phase of the suite is called that;" } else { "more than one phase is called that;" },
-                                names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
-                            ),
-                        ));
-                    }
-                }
-                _ => {}
-            }
-            if window.is_some_and(|w| w.0.is_zero()) {
-                out.push((
-                    at(name, n, i, "window"),
-                    "a window has a length, e.g. 1m".into(),
-                ));
-            }
+            scope_problems_of(s, name, n, i, phase, window, &mut out);
         }
         out
     }
@@ -677,31 +722,7 @@ impl Checks {
             }
         }
         if let Some(d) = &self.disk {
-            if d.max.is_none() && d.max_growth.is_none() && d.min_growth.is_none() {
-                out.push((
-                    "checks.disk".into(),
-                    "give `max` (a size, e.g. 4GiB), `max_growth` (a ratio, e.g. 1.5), or `min_growth` (the growth a reproduction must show, e.g. 2.0)"
-                        .into(),
-                ));
-            }
-            if d.max_growth.is_some_and(|g| !(g > 0.0 && g.is_finite())) {
-                out.push((
-                    "checks.disk.max_growth".into(),
-                    "a ratio above 0, e.g. 1.5 for half as large again".into(),
-                ));
-            }
-            let swaps = s.phases.iter().any(|p| {
-                matches!(
-                    p,
-                    crate::suite::Phase::Upgrade(_) | crate::suite::Phase::Downgrade(_)
-                )
-            });
-            if d.from == GrowthFrom::Upgrade && !swaps {
-                out.push((
-                    "checks.disk.from".into(),
-                    "`from: upgrade` compares with the size before the first upgrade, and the suite has no `upgrade` or `downgrade` phase: add one, or leave `from` out".into(),
-                ));
-            }
+            out.extend(disk_problems(d, s));
         }
         out.extend(self.scope_problems(s));
         for p in &self.peak_memory {

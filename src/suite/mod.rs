@@ -671,6 +671,42 @@ impl Suite {
         out
     }
 
+    /// What a phase needs and does not have here: a workload, or a node
+    /// that is running.
+    fn precondition(&self, p: &Phase, running: bool) -> Option<String> {
+        let word = p.word();
+        let on_network = match p {
+            Phase::Network(_) => true,
+            Phase::Chaos(c) => c.on_network(),
+            _ => false,
+        };
+        let needs_load = on_network
+            || matches!(
+                p,
+                Phase::Load | Phase::Run(_) | Phase::Verify | Phase::VerifyOffline
+            );
+        let needs_running = matches!(
+            p,
+            Phase::Load
+                | Phase::Run(_)
+                | Phase::Verify
+                | Phase::Kill(_)
+                | Phase::Stop
+                | Phase::Restart
+                | Phase::Pause(_)
+                | Phase::Chaos(_)
+                | Phase::Disk(crate::suite::faults::DiskFault::PowerCut { .. })
+        );
+        if needs_load && self.workload.is_none() {
+            return Some(if on_network {
+                "`network` faults sit between the built-in load and the node: add a `workload:` section".into()
+            } else {
+                format!("`{word}` needs a workload: add a `workload:` section")
+            });
+        }
+        (needs_running && !running).then(|| format!("the node is not running here (it was stopped or killed before): add `- start` before `{word}`"))
+    }
+
     fn check_phases(
         &self,
         phases: &[Phase],
@@ -681,41 +717,8 @@ impl Suite {
         for (i, p) in phases.iter().enumerate() {
             let path = format!("{at}[{i}]");
             let word = p.word();
-            let on_network = match p {
-                Phase::Network(_) => true,
-                Phase::Chaos(c) => c.on_network(),
-                _ => false,
-            };
-            let needs_load = on_network
-                || matches!(
-                    p,
-                    Phase::Load | Phase::Run(_) | Phase::Verify | Phase::VerifyOffline
-                );
-            let needs_running = matches!(
-                p,
-                Phase::Load
-                    | Phase::Run(_)
-                    | Phase::Verify
-                    | Phase::Kill(_)
-                    | Phase::Stop
-                    | Phase::Restart
-                    | Phase::Pause(_)
-                    | Phase::Chaos(_)
-                    | Phase::Disk(crate::suite::faults::DiskFault::PowerCut { .. })
-            );
-            if needs_load && self.workload.is_none() {
-                out.push((
-                    path,
-                    if on_network {
-                        "`network` faults sit between the built-in load and the node: add a `workload:` section".into()
-                    } else {
-                        format!("`{word}` needs a workload: add a `workload:` section")
-                    },
-                ));
-                continue;
-            }
-            if needs_running && !*running {
-                out.push((path, format!("the node is not running here (it was stopped or killed before): add `- start` before `{word}`")));
+            if let Some(problem) = self.precondition(p, *running) {
+                out.push((path, problem));
                 continue;
             }
             match p {
@@ -775,8 +778,8 @@ impl Suite {
         }
     }
 
-    /// Every template must render in every cell.
-    fn check_templates(&self, cells: &[CellDef]) -> Vec<(String, String)> {
+    /// The node's templated fields, by their paths in the suite.
+    fn node_templates(&self) -> Vec<(String, &str)> {
         let mut templated: Vec<(String, &str)> = vec![];
         for (i, a) in self.node.command.iter().enumerate() {
             templated.push((format!("node.command[{i}]"), a));
@@ -802,57 +805,19 @@ impl Suite {
         if let Some(m) = &self.node.metrics {
             templated.push(("node.metrics.prometheus".into(), &m.prometheus));
         }
+        if let Some(image) = &self.node.image {
+            templated.push(("node.image".into(), image));
+        }
+        templated
+    }
+
+    /// Every template must render in every cell.
+    fn check_templates(&self, cells: &[CellDef]) -> Vec<(String, String)> {
+        let mut templated = self.node_templates();
         // Request templates also hold the key and value placeholders.
         let mut requests: Vec<(String, &str)> = vec![];
         if let Some(w) = &self.workload {
-            if let Some(r) = &w.resp {
-                templated.push(("workload.resp.target".into(), &r.target));
-            }
-            if let Some(h) = &w.http {
-                templated.push(("workload.http.url".into(), &h.url));
-                for (k, v) in &h.headers {
-                    requests.push((format!("workload.http.headers.{k}"), v));
-                }
-                let mut each = vec![
-                    ("write".to_string(), &h.write),
-                    ("read".to_string(), &h.read),
-                ];
-                if let Some(d) = &h.delete {
-                    each.push(("delete".into(), d));
-                }
-                for (i, s) in h.setup.iter().enumerate() {
-                    each.push((format!("setup[{i}]"), s));
-                }
-                for (name, r) in each {
-                    requests.push((format!("workload.http.{name}.path"), &r.path));
-                    if let Some(b) = &r.body {
-                        requests.push((format!("workload.http.{name}.body"), b));
-                    }
-                    for (k, v) in &r.headers {
-                        requests.push((format!("workload.http.{name}.headers.{k}"), v));
-                    }
-                }
-            }
-            if let Some(p) = &w.postgres {
-                templated.push(("workload.postgres.url".into(), &p.url));
-            }
-            if let Some(a) = &w.adapter {
-                for (i, x) in a.command.iter().enumerate() {
-                    templated.push((format!("workload.adapter.command[{i}]"), x));
-                }
-                for (k, v) in &a.env {
-                    templated.push((format!("workload.adapter.env.{k}"), v));
-                }
-                for (k, v) in &a.params {
-                    templated.push((format!("workload.adapter.params.{k}"), v));
-                }
-                if let Some(t) = &a.target {
-                    templated.push(("workload.adapter.target".into(), t));
-                }
-            }
-        }
-        if let Some(image) = &self.node.image {
-            templated.push(("node.image".into(), image));
+            workload_templates(w, &mut templated, &mut requests);
         }
         for (name, v) in &self.versions {
             if let Some(image) = &v.image {
@@ -897,6 +862,60 @@ impl Suite {
             }
         }
         out
+    }
+}
+
+/// The workload's templated fields; the HTTP requests' go to `requests`,
+/// where the key and value placeholders are known too.
+fn workload_templates<'a>(
+    w: &'a Workload,
+    templated: &mut Vec<(String, &'a str)>,
+    requests: &mut Vec<(String, &'a str)>,
+) {
+    if let Some(r) = &w.resp {
+        templated.push(("workload.resp.target".into(), &r.target));
+    }
+    if let Some(h) = &w.http {
+        templated.push(("workload.http.url".into(), &h.url));
+        for (k, v) in &h.headers {
+            requests.push((format!("workload.http.headers.{k}"), v));
+        }
+        let mut each = vec![
+            ("write".to_string(), &h.write),
+            ("read".to_string(), &h.read),
+        ];
+        if let Some(d) = &h.delete {
+            each.push(("delete".into(), d));
+        }
+        for (i, s) in h.setup.iter().enumerate() {
+            each.push((format!("setup[{i}]"), s));
+        }
+        for (name, r) in each {
+            requests.push((format!("workload.http.{name}.path"), &r.path));
+            if let Some(b) = &r.body {
+                requests.push((format!("workload.http.{name}.body"), b));
+            }
+            for (k, v) in &r.headers {
+                requests.push((format!("workload.http.{name}.headers.{k}"), v));
+            }
+        }
+    }
+    if let Some(p) = &w.postgres {
+        templated.push(("workload.postgres.url".into(), &p.url));
+    }
+    if let Some(a) = &w.adapter {
+        for (i, x) in a.command.iter().enumerate() {
+            templated.push((format!("workload.adapter.command[{i}]"), x));
+        }
+        for (k, v) in &a.env {
+            templated.push((format!("workload.adapter.env.{k}"), v));
+        }
+        for (k, v) in &a.params {
+            templated.push((format!("workload.adapter.params.{k}"), v));
+        }
+        if let Some(t) = &a.target {
+            templated.push(("workload.adapter.target".into(), t));
+        }
     }
 }
 
