@@ -85,32 +85,10 @@ pub fn evaluate(c: &Checks, m: &Measured) -> Vec<CheckResult> {
         ),
         count("aborted_reads", aborted, m.integrity.aborted),
         count("oom_kills", c.oom_kills, m.memory.oom_kills),
-        match &m.unrecovered {
-            // Whatever the suite asked: a node that cannot start again is
-            // a finding, as a refused upgrade is.
-            Some(why) => count(
-                "unrecovered",
-                Some(c.unrecovered.unwrap_or(CountCheck::at_most(0))),
-                1,
-            )
-            .map(|mut r| {
-                r.detail = Some(why.clone());
-                r
-            }),
-            None => count("unrecovered", c.unrecovered, 0),
-        },
-        match &m.unresponsive {
-            Some(why) => count(
-                "unresponsive",
-                Some(c.unresponsive.unwrap_or(CountCheck::at_most(0))),
-                1,
-            )
-            .map(|mut r| {
-                r.detail = Some(why.clone());
-                r
-            }),
-            None => count("unresponsive", c.unresponsive, 0),
-        },
+        // Whatever the suite asked: a node that cannot start again, or
+        // stopped answering, is a finding, as a refused upgrade is.
+        finding("unrecovered", c.unrecovered, m.unrecovered.as_deref()),
+        finding("unresponsive", c.unresponsive, m.unresponsive.as_deref()),
         count("crashes", c.crashes, crashes as u64),
     ]
     .into_iter()
@@ -153,6 +131,18 @@ pub fn evaluate(c: &Checks, m: &Measured) -> Vec<CheckResult> {
     }
     out.extend(m.upgrades.iter().filter_map(refused_upgrade));
     out
+}
+
+/// A check of something that happened at most once, with why: judged
+/// (at most 0 unless the suite says otherwise) when it happened.
+fn finding(name: &str, check: Option<CountCheck>, why: Option<&str>) -> Option<CheckResult> {
+    match why {
+        Some(why) => count(name, Some(check.unwrap_or(CountCheck::at_most(0))), 1).map(|mut r| {
+            r.detail = Some(why.to_string());
+            r
+        }),
+        None => count(name, check, 0),
+    }
 }
 
 /// An upgrade whose new version refused to start: a failed check of its

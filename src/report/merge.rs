@@ -60,7 +60,8 @@ pub fn render(dir: &Path) -> Result<Summary, ReportError> {
 /// refused (a shard merged twice, or runs of different matrices).
 /// Without `out`, the merged report goes next to the first run's folder,
 /// named like a run's (`<UTC time>-<id>`).
-pub fn merge(dirs: &[PathBuf], out: Option<&Path>) -> Result<(Summary, PathBuf), ReportError> {
+/// The runs in `dirs`, each with its summary: one suite's, at least one.
+fn load_runs(dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Summary)>, ReportError> {
     let mut runs = vec![];
     for d in dirs {
         let d = d
@@ -82,11 +83,18 @@ pub fn merge(dirs: &[PathBuf], out: Option<&Path>) -> Result<(Summary, PathBuf),
             first.suite
         )));
     }
-    let shard = |s: &Summary| -> Option<(u32, u32)> {
-        let (i, n) = s.shard.as_deref()?.split_once('/')?;
-        Some((i.parse().ok()?, n.parse().ok()?))
-    };
-    let first = first.clone();
+    Ok(runs)
+}
+
+/// `--shard I/N` of a run, as numbers.
+fn shard(s: &Summary) -> Option<(u32, u32)> {
+    let (i, n) = s.shard.as_deref()?.split_once('/')?;
+    Some((i.parse().ok()?, n.parse().ok()?))
+}
+
+pub fn merge(dirs: &[PathBuf], out: Option<&Path>) -> Result<(Summary, PathBuf), ReportError> {
+    let mut runs = load_runs(dirs)?;
+    let first = runs[0].1.clone();
     runs.sort_by_key(|(_, s)| shard(s).map_or(0, |(i, _)| i));
 
     let run_id = crate::lock::new_run_id();

@@ -224,6 +224,37 @@ pub(crate) fn chart_lines(
 /// The colour of the bars that mark restarts and faults.
 pub(crate) const MARK_COLOUR: &str = "#c7c7c7";
 
+/// soak's own memory and CPU beside the node's.
+fn harness_series(w: &mut impl Write, id: &str, chart: &CellChart) -> io::Result<()> {
+    writeln!(
+        w,
+        "**soak's own memory and CPU** (the harness beside the node):\n"
+    )?;
+    let rss = chart.soak_rss.iter().map(|&(t, b)| (t, mib(b))).collect();
+    chart_lines(
+        w,
+        &format!("soak's RSS while {id} ran (MiB)"),
+        "MiB",
+        &[("soak RSS", rss)],
+        &[],
+        Hold::Last,
+    )?;
+    let cpu = chart
+        .soak_cpu
+        .iter()
+        .map(|&(t, c)| (t, c * 100.0))
+        .collect();
+    chart_lines(
+        w,
+        &format!("soak's CPU while {id} ran (% of a core)"),
+        "%",
+        &[("soak CPU", cpu)],
+        &[],
+        Hold::Last,
+    )?;
+    Ok(())
+}
+
 /// The charts of every other series a cell sampled: memory by measure
 /// against the limit, the data directory, the load's throughput and p99;
 /// each with the restarts and the faults lifted marked.
@@ -285,32 +316,7 @@ pub(crate) fn chart_series(
         )?;
     }
     if chart.soak_rss.len() >= 2 {
-        writeln!(
-            w,
-            "**soak's own memory and CPU** (the harness beside the node):\n"
-        )?;
-        let rss = chart.soak_rss.iter().map(|&(t, b)| (t, mib(b))).collect();
-        chart_lines(
-            w,
-            &format!("soak's RSS while {id} ran (MiB)"),
-            "MiB",
-            &[("soak RSS", rss)],
-            &[],
-            Hold::Last,
-        )?;
-        let cpu = chart
-            .soak_cpu
-            .iter()
-            .map(|&(t, c)| (t, c * 100.0))
-            .collect();
-        chart_lines(
-            w,
-            &format!("soak's CPU while {id} ran (% of a core)"),
-            "%",
-            &[("soak CPU", cpu)],
-            &[],
-            Hold::Last,
-        )?;
+        harness_series(w, id, chart)?;
     }
     if chart.ops_per_s.len() >= 2 {
         writeln!(w, "**The load:**\n")?;
