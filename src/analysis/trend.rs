@@ -197,31 +197,31 @@ fn ranked(segments: &[Vec<(f64, f64)>]) -> Option<(Trend, f64)> {
 ///
 /// `None` where the series never moves (one level): it is flat, judged as
 /// samples.
-fn on_levels(segs: &[Vec<(f64, f64)>]) -> Option<(Trend, f64)> {
-    // (middle, value, samples, start) of each run of equal values.
-    let levels: Vec<Vec<(f64, f64, f64, f64)>> = segs
-        .iter()
-        .map(|pts| {
-            let mut out = vec![];
-            let mut i = 0;
-            while i < pts.len() {
-                let mut j = i;
-                while j + 1 < pts.len() && pts[j + 1].1 == pts[i].1 {
-                    j += 1;
-                }
-                out.push((
-                    (pts[i].0 + pts[j].0) / 2.0,
-                    pts[i].1,
-                    (j - i + 1) as f64,
-                    pts[i].0,
-                ));
-                i = j + 1;
-            }
-            out
-        })
-        .collect();
-    let mut weighted: Vec<(f64, f64)> = vec![];
-    for l in &levels {
+/// The runs of equal values of a segment: (middle, value, samples, start).
+fn levels_of(pts: &[(f64, f64)]) -> Vec<(f64, f64, f64, f64)> {
+    let mut out = vec![];
+    let mut i = 0;
+    while i < pts.len() {
+        let mut j = i;
+        while j + 1 < pts.len() && pts[j + 1].1 == pts[i].1 {
+            j += 1;
+        }
+        out.push((
+            (pts[i].0 + pts[j].0) / 2.0,
+            pts[i].1,
+            (j - i + 1) as f64,
+            pts[i].0,
+        ));
+        i = j + 1;
+    }
+    out
+}
+
+/// Every pairwise slope between the levels of each segment, weighted by
+/// the samples of both levels.
+fn weighted_slopes(levels: &[Vec<(f64, f64, f64, f64)>]) -> Vec<(f64, f64)> {
+    let mut weighted = vec![];
+    for l in levels {
         for i in 0..l.len() {
             for j in i + 1..l.len() {
                 let dt = l[j].0 - l[i].0;
@@ -231,6 +231,19 @@ fn on_levels(segs: &[Vec<(f64, f64)>]) -> Option<(Trend, f64)> {
             }
         }
     }
+    weighted
+}
+
+/// Mann-Kendall's S and its variance, summed over segments.
+fn summed_mann_kendall<'a>(segs: impl Iterator<Item = &'a [(f64, f64)]>, slope: f64) -> (f64, f64) {
+    segs.map(|pts| mann_kendall(pts, slope))
+        .fold((0.0, 0.0), |(s, v), (sk, vk)| (s + sk, v + vk))
+}
+
+fn on_levels(segs: &[Vec<(f64, f64)>]) -> Option<(Trend, f64)> {
+    // (middle, value, samples, start) of each run of equal values.
+    let levels: Vec<Vec<(f64, f64, f64, f64)>> = segs.iter().map(|p| levels_of(p)).collect();
+    let mut weighted = weighted_slopes(&levels);
     if weighted.is_empty() {
         return None;
     }
@@ -253,18 +266,11 @@ fn on_levels(segs: &[Vec<(f64, f64)>]) -> Option<(Trend, f64)> {
         .iter()
         .map(|l| l.iter().map(|p| (p.0, p.1)).collect())
         .collect();
-    let (mut s, mut var) = (0.0, 0.0);
-    for pts in segs {
-        let (sk, vk) = mann_kendall(pts, slope);
-        s += sk;
-        var += vk;
-    }
-    let (mut sl, mut varl) = (0.0, 0.0);
-    for pts in points.iter().filter(|p| p.len() >= 2) {
-        let (sk, vk) = mann_kendall(pts, slope);
-        sl += sk;
-        varl += vk;
-    }
+    let (s, var) = summed_mann_kendall(segs.iter().map(Vec::as_slice), slope);
+    let (sl, varl) = summed_mann_kendall(
+        points.iter().filter(|p| p.len() >= 2).map(Vec::as_slice),
+        slope,
+    );
     // Steps in each third of every segment: a rise that goes on.
     let spans = segs.iter().zip(&levels).all(|(pts, l)| {
         let (t0, t1) = (pts[0].0, pts[pts.len() - 1].0);
@@ -282,12 +288,11 @@ fn on_levels(segs: &[Vec<(f64, f64)>]) -> Option<(Trend, f64)> {
     let z = if spans {
         mk_z(s, var)
     } else {
-        let (mut sh, mut varh) = (0.0, 0.0);
-        for pts in segs.iter().filter(|p| p.len() >= 8) {
-            let (sk, vk) = mann_kendall(&pts[pts.len() / 2..], slope);
-            sh += sk;
-            varh += vk;
-        }
+        let later = segs
+            .iter()
+            .filter(|p| p.len() >= 8)
+            .map(|p| &p[p.len() / 2..]);
+        let (sh, varh) = summed_mann_kendall(later, slope);
         mk_z(s, var).min(mk_z(sl, varl)).min(mk_z(sh, varh))
     };
     let n_levels: usize = points.iter().map(Vec::len).sum();

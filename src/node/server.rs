@@ -335,32 +335,12 @@ fn dispatch(
             Ok(v) => reply::opt_bulk(out, v.as_deref()),
             Err(e) => db_error(out, e),
         },
-        (b"MGET", n) if n >= 1 => {
-            let values = db.multi_get(args);
-            reply::array(out, values.len());
-            for v in values {
-                match v {
-                    Ok(v) => reply::opt_bulk(out, v.as_deref()),
-                    Err(_) => reply::null(out),
-                }
-            }
-        }
+        (b"MGET", n) if n >= 1 => mget(db, args, out),
         (b"EXISTS", n) if n >= 1 => match count_present(db, args) {
             Ok(found) => reply::int(out, found),
             Err(e) => db_error(out, e),
         },
-        (b"DEL", n) if n >= 1 => {
-            let _alone = ctx.exclusive();
-            let deleted = count_present(db, args).and_then(|found| {
-                let mut batch = WriteBatch::default();
-                args.iter().for_each(|k| batch.delete(k));
-                write(ctx, db, batch, &conn.write).map(|()| found)
-            });
-            match deleted {
-                Ok(found) => reply::int(out, found),
-                Err(e) => db_error(out, e),
-            }
-        }
+        (b"DEL", n) if n >= 1 => del(ctx, conn, args, out),
         (b"DBSIZE", 0) => {
             let n = db
                 .iterator(IteratorMode::Start)
@@ -424,23 +404,52 @@ fn dispatch(
         | (b"SELECT", _)
         | (b"CLIENT", _)
         | (b"CONFIG", _) => arity_error(out, name),
-        _ => {
-            let shown: Vec<String> = args
-                .iter()
-                .take(3)
-                .map(|a| format!("'{}'", String::from_utf8_lossy(a)))
-                .collect();
-            reply::error(
-                out,
-                &format!(
-                    "ERR unknown command '{}', with args beginning with: {}",
-                    String::from_utf8_lossy(written),
-                    shown.join(" ")
-                ),
-            )
-        }
+        _ => unknown(written, args, out),
     }
     Flow::Continue
+}
+
+fn mget(db: &rocksdb::DB, args: &[Vec<u8>], out: &mut Vec<u8>) {
+    let values = db.multi_get(args);
+    reply::array(out, values.len());
+    for v in values {
+        match v {
+            Ok(v) => reply::opt_bulk(out, v.as_deref()),
+            Err(_) => reply::null(out),
+        }
+    }
+}
+
+/// DEL: how many of the keys were there, all deleted in one batch.
+fn del(ctx: &Ctx, conn: &Conn, args: &[Vec<u8>], out: &mut Vec<u8>) {
+    let db = &ctx.store.db;
+    let _alone = ctx.exclusive();
+    let deleted = count_present(db, args).and_then(|found| {
+        let mut batch = WriteBatch::default();
+        args.iter().for_each(|k| batch.delete(k));
+        write(ctx, db, batch, &conn.write).map(|()| found)
+    });
+    match deleted {
+        Ok(found) => reply::int(out, found),
+        Err(e) => db_error(out, e),
+    }
+}
+
+/// Redis's words for a command it does not know.
+fn unknown(written: &[u8], args: &[Vec<u8>], out: &mut Vec<u8>) {
+    let shown: Vec<String> = args
+        .iter()
+        .take(3)
+        .map(|a| format!("'{}'", String::from_utf8_lossy(a)))
+        .collect();
+    reply::error(
+        out,
+        &format!(
+            "ERR unknown command '{}', with args beginning with: {}",
+            String::from_utf8_lossy(written),
+            shown.join(" ")
+        ),
+    )
 }
 
 /// How many of `keys` are present, counting repeats, as EXISTS and DEL answer.

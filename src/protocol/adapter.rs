@@ -162,16 +162,14 @@ fn quote(line: &[u8]) -> String {
     format!("{cut:?}")
 }
 
-async fn start(spec: Spec) -> Result<Adapter, SessionError> {
-    let command = spec.command.join(" ");
-    let Some((program, args)) = spec.command.split_first() else {
-        return Err(SessionError::Fatal("the adapter's command is empty".into()));
-    };
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&spec.log)
-        .map_err(|e| SessionError::Fatal(format!("{}: {e}", spec.log.display())))?;
+/// The adapter's process, in a process group of its own, its stderr into
+/// its log; it dies with the thread that started it.
+fn spawn(
+    program: &str,
+    args: &[String],
+    spec: &Spec,
+    log: std::fs::File,
+) -> std::io::Result<tokio::process::Child> {
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -191,7 +189,31 @@ async fn start(spec: Spec) -> Result<Adapter, SessionError> {
                 .map_err(std::io::Error::from)
         });
     }
-    let mut child = cmd.spawn().map_err(|e| {
+    cmd.spawn()
+}
+
+/// What the adapter's init answer says it cannot do that the suite asks.
+fn refusal(spec: &Spec, ok: &InitOk) -> Option<&'static str> {
+    if spec.needs.multi_get && !ok.capabilities.multi_read {
+        return Some("does not read several keys at once (`capabilities.multi_read`), which `workload.mix.mget` needs: set mget to 0, or add multi_read to the adapter");
+    }
+    if spec.needs.delete && !ok.capabilities.delete {
+        return Some("does not delete (`capabilities.delete: false`), and `workload.mix.del` asks for deletes: set del to 0");
+    }
+    (ok.concurrency == 0).then_some("said `concurrency: 0`: give 1 or more")
+}
+
+async fn start(spec: Spec) -> Result<Adapter, SessionError> {
+    let command = spec.command.join(" ");
+    let Some((program, args)) = spec.command.split_first() else {
+        return Err(SessionError::Fatal("the adapter's command is empty".into()));
+    };
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&spec.log)
+        .map_err(|e| SessionError::Fatal(format!("{}: {e}", spec.log.display())))?;
+    let mut child = spawn(program, args, &spec, log).map_err(|e| {
         SessionError::Fatal(format!(
             "cannot start the adapter `{command}`: {e} (give its argv, e.g. [python3, ${{SUITE_DIR}}/adapter.py])"
         ))
@@ -268,21 +290,9 @@ async fn start(spec: Spec) -> Result<Adapter, SessionError> {
                 quote(answer.trim_end().as_bytes())
             ))
         })?;
-    if spec.needs.multi_get && !ok.capabilities.multi_read {
+    if let Some(why) = refusal(&spec, &ok) {
         return Err(SessionError::Fatal(format!(
-            "the adapter `{}` does not read several keys at once (`capabilities.multi_read`), which `workload.mix.mget` needs: set mget to 0, or add multi_read to the adapter",
-            a.command
-        )));
-    }
-    if spec.needs.delete && !ok.capabilities.delete {
-        return Err(SessionError::Fatal(format!(
-            "the adapter `{}` does not delete (`capabilities.delete: false`), and `workload.mix.del` asks for deletes: set del to 0",
-            a.command
-        )));
-    }
-    if ok.concurrency == 0 {
-        return Err(SessionError::Fatal(format!(
-            "the adapter `{}` said `concurrency: 0`: give 1 or more",
+            "the adapter `{}` {why}",
             a.command
         )));
     }

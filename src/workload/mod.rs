@@ -1197,6 +1197,26 @@ impl Conn {
         }
     }
 
+    /// At a fixed rate: the period between this connection's requests
+    /// and its first, staggered across one period; in a closed loop: the
+    /// depth of its pipeline.
+    fn schedule(&self) -> (Option<Duration>, usize, Instant) {
+        let period = self
+            .cfg
+            .rate
+            .map(|r| Duration::from_secs_f64(self.cfg.connections as f64 / r));
+        let depth = if period.is_some() {
+            self.protocol.depth()
+        } else {
+            self.cfg.pipeline.max(1).min(self.protocol.depth())
+        };
+        let first = Instant::now()
+            + period
+                .unwrap_or_default()
+                .mul_f64(self.index as f64 / self.cfg.connections as f64);
+        (period, depth, first)
+    }
+
     async fn run(self) {
         let mut local = LoadStats::default();
         let mut rng = rand::rngs::SmallRng::seed_from_u64(crate::units::mix64(
@@ -1214,21 +1234,7 @@ impl Conn {
         let mut lat: Vec<u64> = Vec::with_capacity(1024);
         let mut first_lost = None;
         let mut flushed = Instant::now();
-        // At a fixed rate: the schedule, staggered across one period;
-        // in a closed loop: the depth.
-        let period = self
-            .cfg
-            .rate
-            .map(|r| Duration::from_secs_f64(self.cfg.connections as f64 / r));
-        let depth = if period.is_some() {
-            self.protocol.depth()
-        } else {
-            self.cfg.pipeline.max(1).min(self.protocol.depth())
-        };
-        let mut next = Instant::now()
-            + period
-                .unwrap_or_default()
-                .mul_f64(self.index as f64 / self.cfg.connections as f64);
+        let (period, depth, mut next) = self.schedule();
         // One timer for the schedule, reset only when it moves; timeouts
         // are checked on a coarse tick (timers are not free per request).
         let tick = tokio::time::sleep_until(next);
@@ -1301,7 +1307,26 @@ impl Conn {
                 fenced = None;
             }
         }
-        // Let what is in flight settle, each request within its timeout.
+        self.settle(
+            &mut session,
+            &mut inflight,
+            &mut local,
+            &mut lat,
+            &mut first_lost,
+        )
+        .await;
+        self.flush(&mut local, &mut lat, &mut first_lost);
+    }
+
+    /// Lets what is in flight settle, each request within its timeout.
+    async fn settle(
+        &self,
+        session: &mut Option<Box<dyn Session>>,
+        inflight: &mut InFlight,
+        local: &mut LoadStats,
+        lat: &mut Vec<u64>,
+        first_lost: &mut Option<crate::model::LostWrite>,
+    ) {
         while let Some(s) = session.as_mut() {
             let Some(oldest) = inflight.oldest() else {
                 break;
@@ -1309,20 +1334,13 @@ impl Conn {
             let deadline = oldest.queued + self.cfg.timeout;
             let settled = tokio::time::timeout_at(deadline, async {
                 crate::protocol::progress(s.as_mut()).await;
-                self.take_outcomes(
-                    s.as_mut(),
-                    &mut inflight,
-                    &mut local,
-                    &mut lat,
-                    &mut first_lost,
-                )
+                self.take_outcomes(s.as_mut(), inflight, local, lat, first_lost)
             })
             .await;
             if !matches!(settled, Ok(true)) {
-                broken(&mut session, &mut inflight, &mut local, &self.settled);
+                broken(session, inflight, local, &self.settled);
             }
         }
-        self.flush(&mut local, &mut lat, &mut first_lost);
     }
 }
 
