@@ -217,6 +217,90 @@ pub fn inspect(dir: &Path, ledger: Option<&Ledger>) -> Result<Inspection, String
     inspect_with(dir, ledger, true)
 }
 
+/// The live SST files by level and by compression.
+fn count_files(dir: &Path, live: &[rocksdb::LiveFile], out: &mut Inspection) {
+    for f in live {
+        let compression = sst_compression(&dir.join(f.name.trim_start_matches('/')))
+            .unwrap_or_else(|| "unknown".into());
+        for g in [
+            out.levels.entry(format!("L{}", f.level)).or_default(),
+            out.compression.entry(compression).or_default(),
+        ] {
+            g.files += 1;
+            g.bytes += f.size as u64;
+            g.entries += f.num_entries;
+        }
+    }
+}
+
+/// The key space of a column family split at its SST files' first keys,
+/// one range per thread.
+fn key_ranges(live: &[rocksdb::LiveFile], cf_name: &str, threads: usize) -> Vec<KeyRange> {
+    let mut starts: Vec<Vec<u8>> = live
+        .iter()
+        .filter(|f| f.column_family_name == cf_name)
+        .filter_map(|f| f.start_key.clone())
+        .collect();
+    starts.sort();
+    starts.dedup();
+    let splits: Vec<Vec<u8>> = (1..threads)
+        .filter_map(|t| starts.get(t * starts.len() / threads).cloned())
+        .filter(|k| Some(k) != starts.first())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut bounds: Vec<KeyRange> = vec![];
+    let mut lower = None;
+    for s in &splits {
+        bounds.push((lower.clone(), Some(s.clone())));
+        lower = Some(s.clone());
+    }
+    bounds.push((lower, None));
+    bounds
+}
+
+/// Reads every key of one range of a column family (checking each block
+/// when `checksums`), judging each against the ledger where `judged` gives
+/// one (and marking it seen): the keys read, what was found, RocksDB's
+/// error.
+fn scan_range(
+    db: &DB,
+    cf: &impl rocksdb::AsColumnFamilyRef,
+    range: KeyRange,
+    checksums: bool,
+    judged: Option<(&Ledger, &Vec<AtomicBool>)>,
+) -> (u64, Integrity, Option<String>) {
+    let mut ro = ReadOptions::default();
+    ro.set_verify_checksums(checksums);
+    ro.fill_cache(false);
+    ro.set_readahead_size(4 << 20);
+    let (lo, hi) = range;
+    if let Some(lo) = lo {
+        ro.set_iterate_lower_bound(lo);
+    }
+    if let Some(hi) = hi {
+        ro.set_iterate_upper_bound(hi);
+    }
+    let mut it = db.raw_iterator_cf_opt(cf, ro);
+    it.seek_to_first();
+    let (mut n, mut found) = (0u64, Integrity::default());
+    while it.valid() {
+        n += 1;
+        if let Some((l, seen)) = judged {
+            if let Some(k) = it
+                .key()
+                .and_then(Ledger::parse_key)
+                .filter(|k| *k < l.keys())
+            {
+                seen[k].store(true, Relaxed);
+                found.count(l.judge(k, l.decode(k, it.value())));
+            }
+        }
+        it.next();
+    }
+    (n, found, it.status().err().map(|e| e.to_string()))
+}
+
 /// [`inspect`], with the checksum verification optional: a database whose
 /// node runs can be opened read-only for its statistics, but compactions
 /// delete files under a verification.
@@ -262,18 +346,7 @@ pub fn inspect_with(
         }
     }
     out.checksum_s = began.elapsed().as_secs_f64();
-    for f in &live {
-        let compression = sst_compression(&dir.join(f.name.trim_start_matches('/')))
-            .unwrap_or_else(|| "unknown".into());
-        for g in [
-            out.levels.entry(format!("L{}", f.level)).or_default(),
-            out.compression.entry(compression).or_default(),
-        ] {
-            g.files += 1;
-            g.bytes += f.size as u64;
-            g.entries += f.num_entries;
-        }
-    }
+    count_files(dir, &live, &mut out);
 
     let began = std::time::Instant::now();
     let seen: Option<Vec<AtomicBool>> =
@@ -283,27 +356,7 @@ pub fn inspect_with(
         let cf = db
             .cf_handle(cf_name)
             .ok_or_else(|| format!("column family {cf_name} vanished"))?;
-        // The key space split at SST boundaries, one range per thread.
-        let mut starts: Vec<Vec<u8>> = live
-            .iter()
-            .filter(|f| &f.column_family_name == cf_name)
-            .filter_map(|f| f.start_key.clone())
-            .collect();
-        starts.sort();
-        starts.dedup();
-        let splits: Vec<Vec<u8>> = (1..threads)
-            .filter_map(|t| starts.get(t * starts.len() / threads).cloned())
-            .filter(|k| Some(k) != starts.first())
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let mut bounds: Vec<KeyRange> = vec![];
-        let mut lower = None;
-        for s in &splits {
-            bounds.push((lower.clone(), Some(s.clone())));
-            lower = Some(s.clone());
-        }
-        bounds.push((lower, None));
+        let bounds = key_ranges(&live, cf_name, threads);
         let judge_here = cf_name == "default";
         let results: Vec<(u64, Integrity, Option<String>)> = std::thread::scope(|scope| {
             let handles: Vec<_> = bounds
@@ -311,34 +364,8 @@ pub fn inspect_with(
                 .map(|(lo, hi)| {
                     let (db, cf, seen) = (&db, &cf, seen.as_ref());
                     scope.spawn(move || {
-                        let mut ro = ReadOptions::default();
-                        ro.set_verify_checksums(checksums);
-                        ro.fill_cache(false);
-                        ro.set_readahead_size(4 << 20);
-                        if let Some(lo) = lo {
-                            ro.set_iterate_lower_bound(lo);
-                        }
-                        if let Some(hi) = hi {
-                            ro.set_iterate_upper_bound(hi);
-                        }
-                        let mut it = db.raw_iterator_cf_opt(cf, ro);
-                        it.seek_to_first();
-                        let (mut n, mut found) = (0u64, Integrity::default());
-                        while it.valid() {
-                            n += 1;
-                            if let (Some(l), Some(seen), true) = (ledger, seen, judge_here) {
-                                if let Some(k) = it
-                                    .key()
-                                    .and_then(Ledger::parse_key)
-                                    .filter(|k| *k < l.keys())
-                                {
-                                    seen[k].store(true, Relaxed);
-                                    found.count(l.judge(k, l.decode(k, it.value())));
-                                }
-                            }
-                            it.next();
-                        }
-                        (n, found, it.status().err().map(|e| e.to_string()))
+                        let judged = ledger.zip(seen).filter(|_| judge_here);
+                        scan_range(db, cf, (lo, hi), checksums, judged)
                     })
                 })
                 .collect();

@@ -236,24 +236,7 @@ fn plan_with(
                 own.display()
             ));
         }
-        found.push(if !others.is_empty() {
-            format!(
-                "{} (soak's own cgroup) also holds processes that are not soak's: {}; cgroup v2 lets a cgroup that holds processes hand no controller to cgroups beneath it",
-                own.display(),
-                describe_procs(&others)
-            )
-        } else if !has_memory {
-            format!(
-                "{} (soak's own cgroup) is not given the memory controller by its parent (`memory` is not in its cgroup.controllers)",
-                own.display()
-            )
-        } else {
-            format!(
-                "{} (soak's own cgroup) is not writable by uid {} (not delegated)",
-                own.display(),
-                nix::unistd::geteuid()
-            )
-        });
+        found.push(why_not_own(&own, &others, has_memory));
     }
     // 3. systemd: a delegated scope of soak's own.
     let root = nix::unistd::geteuid().is_root();
@@ -270,6 +253,23 @@ fn plan_with(
         });
     }
     // 4. The nearest ancestor that can hand memory down.
+    if let Some(ancestor) = nearest_ancestor(h, &own, &mut found) {
+        let parent = ancestor.join(format!("{PREFIX}{run}"));
+        return Ok(done(How::Ancestor { ancestor }, parent));
+    }
+    if own == h.mount && !is_real_root(&own) {
+        found.push(format!(
+            "{} is the root of a cgroup namespace (a container): soak cannot reach above it",
+            own.display()
+        ));
+    }
+    Err(NoAccess { found, fix })
+}
+
+/// The nearest cgroup above `own` (within the mount) that can hand memory
+/// to a cgroup of soak's beneath it; why each one on the way cannot goes
+/// to `found`.
+fn nearest_ancestor(h: &Hierarchy, own: &Path, found: &mut Vec<String>) -> Option<PathBuf> {
     let mut at = own.parent().map(Path::to_path_buf);
     while let Some(a) = at {
         if !a.starts_with(&h.mount) {
@@ -283,8 +283,7 @@ fn plan_with(
             && writable(&a)
             && (enabled || (empty && writable(&a.join("cgroup.subtree_control"))))
         {
-            let parent = a.join(format!("{PREFIX}{run}"));
-            return Ok(done(How::Ancestor { ancestor: a }, parent));
+            return Some(a);
         }
         found.push(format!(
             "{}: {}",
@@ -305,13 +304,29 @@ fn plan_with(
         }
         at = a.parent().map(Path::to_path_buf);
     }
-    if own == h.mount && !is_real_root(&own) {
-        found.push(format!(
-            "{} is the root of a cgroup namespace (a container): soak cannot reach above it",
+    None
+}
+
+/// Why soak's own cgroup cannot hold its nodes' cgroups.
+fn why_not_own(own: &Path, others: &[i32], has_memory: bool) -> String {
+    if !others.is_empty() {
+        format!(
+            "{} (soak's own cgroup) also holds processes that are not soak's: {}; cgroup v2 lets a cgroup that holds processes hand no controller to cgroups beneath it",
+            own.display(),
+            describe_procs(others)
+        )
+    } else if !has_memory {
+        format!(
+            "{} (soak's own cgroup) is not given the memory controller by its parent (`memory` is not in its cgroup.controllers)",
             own.display()
-        ));
+        )
+    } else {
+        format!(
+            "{} (soak's own cgroup) is not writable by uid {} (not delegated)",
+            own.display(),
+            nix::unistd::geteuid()
+        )
     }
-    Err(NoAccess { found, fix })
 }
 
 fn fix_for_no_access() -> String {
