@@ -53,6 +53,17 @@ pub fn require_tool(tool: &str, package: &str) {
     );
 }
 
+/// One install at a time into `dir`, across threads and processes: the
+/// lock is held until the file returned is dropped.
+fn install_lock(dir: &Path) -> std::fs::File {
+    std::fs::create_dir_all(dir).unwrap();
+    let lock = std::fs::File::create(dir.join(".install.lock")).unwrap();
+    // SAFETY: flock(2) on a descriptor `lock` owns while it is open.
+    let locked = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
+    assert_eq!(locked, 0, "flock {}", std::io::Error::last_os_error());
+    lock
+}
+
 /// An npm package's folder, installed under `target/lint-tools/npm` the
 /// first time (`spec` is `name@version`).
 #[allow(dead_code)]
@@ -64,11 +75,7 @@ pub fn npm_module(spec: &str) -> std::path::PathBuf {
     // binaries: two at once (both tests of tests/it/charts.rs on a fresh
     // clone) failed with ENOTEMPTY as each rewrote the other's
     // node_modules. The lock is released when the file is dropped.
-    std::fs::create_dir_all(&npm).unwrap();
-    let lock = std::fs::File::create(npm.join(".install.lock")).unwrap();
-    // SAFETY: flock(2) on a descriptor `lock` owns for this whole call.
-    let locked = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
-    assert_eq!(locked, 0, "flock {}", std::io::Error::last_os_error());
+    let _lock = install_lock(&npm);
     if !module.join("package.json").exists() {
         require_tool("npm", "nodejs");
         let out = std::process::Command::new("npm")
@@ -92,11 +99,7 @@ pub fn npm_module(spec: &str) -> std::path::PathBuf {
 pub fn cargo_tool(name: &str, version: &str, args: &[&str]) -> std::path::PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/lint-tools/cargo");
     let bin = root.join("bin").join(name);
-    std::fs::create_dir_all(&root).unwrap();
-    let lock = std::fs::File::create(root.join(".install.lock")).unwrap();
-    // SAFETY: flock(2) on a descriptor `lock` owns for this whole call.
-    let locked = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
-    assert_eq!(locked, 0, "flock {}", std::io::Error::last_os_error());
+    let _lock = install_lock(&root);
     let installed = Command::new(&bin)
         .arg("--version")
         .output()
