@@ -187,6 +187,46 @@ fn the_jvm_node_is_oom_killed_by_its_event_loops_pools_not_its_heap() {
     );
 }
 
+/// Teku on the real rocksdbjni (seed 000), shortened: TekuKv on
+/// rocksdbjni 7.7.3 under jemalloc stays under 85% of its 512 MiB limit
+/// with its 256 MiB block cache outside the heap, is upgraded to 9.5.2
+/// with LZ4 on the same data, every key read back, and the disk after the
+/// switch and a compaction is measured against the size before it.
+#[test]
+fn teku_on_the_real_rocksdbjni_upgrades_from_7_7_3_to_9_5_2_with_every_key_read_back() {
+    let _one = one_at_a_time();
+    require_tool("javac", "openjdk-17-jdk-headless");
+    require_tool("mvn", "maven");
+    let built = Command::new(common::soak::suite("nodes/teku-jvm/build"))
+        .status()
+        .unwrap();
+    assert!(built.success(), "nodes/teku-jvm/build failed");
+    let run = soak_run("suites/teku-jvm.yaml", &["--duration-scale", "0.25"]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = &run.summary().cells[0];
+    assert_eq!(c.memory.oom_kills, 0, "{:?}", c.memory);
+    assert!(
+        c.memory.peak_rss_bytes < 512 * MIB * 85 / 100,
+        "{:?}",
+        c.memory
+    );
+    assert_eq!((c.integrity.lost, c.integrity.corrupted), (0, 0));
+    assert!(c.integrity.verified >= 400_000, "{:?}", c.integrity);
+    let up = &c.upgrades[0];
+    assert_eq!(
+        (up.to.as_str(), up.outcome),
+        ("rocksdbjni-9.5.2", soak::model::SwapOutcome::Verified)
+    );
+    // The real libraries ran, each on the same data directory.
+    let log = std::fs::read_to_string(run.report_dir.as_ref().unwrap().join(&c.files["node.log"]))
+        .unwrap();
+    for v in ["rocksdbjni 7.7.3", "rocksdbjni 9.5.2"] {
+        assert!(log.contains(v), "no {v:?} in node.log:\n{log}");
+    }
+    let growth = c.checks.iter().find(|r| r.name == "disk growth").unwrap();
+    assert_eq!(growth.verdict, Verdict::Pass, "{growth:?}");
+}
+
 /// A suite of the repository with some of its text replaced (a smaller
 /// data set for a shortened run, another version's flags), written
 /// beside its schema-less copy in `dir`.
