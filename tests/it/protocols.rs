@@ -177,6 +177,29 @@ fn adapter_run(flags: &str) -> Run {
     )
 }
 
+/// memcached through an adapter written from the book alone
+/// (adapters/memcached.py): the read-back before the kill finds every
+/// acknowledged write, the one after it finds them gone, and the suite
+/// says so as it expects.
+#[test]
+fn memcached_through_an_adapter_from_the_book_keeps_nothing_through_a_kill() {
+    require_tool("memcached", "memcached");
+    let run = soak_run("suites/memcached.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = &run.summary().cells[0];
+    assert!(c.expectation.as_ref().unwrap().reproduced());
+    assert!(c.integrity.lost >= 1000, "{:?}", c.integrity);
+    assert_eq!(c.integrity.corrupted, 0, "{:?}", c.integrity);
+    assert_eq!(c.restarts.len(), 1);
+    assert_eq!(c.restarts[0].reason, Cause::Kill);
+    let before = c.phases.iter().find(|p| p.place == Some(2)).unwrap();
+    assert!(
+        before.outcome.contains(" 0 lost"),
+        "the read-back before the kill: {}",
+        before.outcome
+    );
+}
+
 #[test]
 fn adapters_in_any_order_and_an_adapter_for_etcd_judge_like_the_built_in_clients() {
     let run = adapter_run("--concurrency 4");
