@@ -127,15 +127,19 @@ public class TekuKv {
         }
     }
 
+    /** `256MiB`, `1GiB`, `64KiB` or bytes. */
     static long size(String s) {
-        String t = s.trim().toUpperCase();
+        String t = s.trim();
         long unit = 1;
-        for (String[] u : new String[][] {{"GIB", "" + (1L << 30)}, {"MIB", "" + (1L << 20)}, {"KIB", "1024"}}) {
-            if (t.endsWith(u[0])) {
-                unit = Long.parseLong(u[1]);
-                t = t.substring(0, t.length() - u[0].length());
-                break;
-            }
+        if (t.endsWith("GiB")) {
+            unit = 1L << 30;
+        } else if (t.endsWith("MiB")) {
+            unit = 1L << 20;
+        } else if (t.endsWith("KiB")) {
+            unit = 1L << 10;
+        }
+        if (unit > 1) {
+            t = t.substring(0, t.length() - 3);
         }
         return Long.parseLong(t.trim()) * unit;
     }

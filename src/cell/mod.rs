@@ -596,7 +596,8 @@ impl<'a, N: Node> Cell<'a, N> {
 
     /// A power cut: SIGKILL, every unsynced byte dropped, a start, and the
     /// read-back that judges what survived (the tail from holes).
-    async fn power_cut(&mut self, d: &DiskFault, torn: bool) -> Result<String, CellError> {
+    async fn power_cut(&mut self, d: &DiskFault) -> Result<String, CellError> {
+        let torn = matches!(d, DiskFault::PowerCut { torn: true });
         // Asked first without a cut: a cell without the fault filesystem
         // fails before its node is killed.
         let faults = self.ctx.faults.clone();
@@ -619,8 +620,8 @@ impl<'a, N: Node> Cell<'a, N> {
     /// Puts a fault in force, or lifts it, through the component that
     /// takes it.
     async fn fault(&mut self, asked: Asked<'_>) -> Result<String, CellError> {
-        if let Asked::Disk(d @ DiskFault::PowerCut { torn }) = asked {
-            return self.power_cut(d, *torn).await;
+        if let Asked::Disk(d @ DiskFault::PowerCut { .. }) = asked {
+            return self.power_cut(d).await;
         }
         match self.ctx.faults.apply(asked).map_err(CellError::Setup)? {
             Applied::Set { fault, text } => {
