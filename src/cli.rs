@@ -466,6 +466,12 @@ fn run_command(opts: RunOptions) -> i32 {
                     if let Some(e) = &c.error {
                         eprintln!("soak: cell {}: {e}", c.id);
                     }
+                    if let Some(l) = c.memory.oom_error_lines.first() {
+                        eprintln!(
+                            "soak: cell {}: out of memory inside the node, {} lines of node.log: {}",
+                            c.id, c.memory.oom_errors, l.line
+                        );
+                    }
                 }
                 eprintln!("soak: verdict {}", summary.headline());
                 let charts = crate::report::charts::of_run(&dir, &summary);

@@ -1,6 +1,10 @@
 //! What the node said about its own trouble: the lines of its log that
 //! read as errors, distinct, so that a report can show "No space left on
-//! device" beside the disk check that the node's own words explain.
+//! device" beside the disk check that the node's own words explain; and
+//! among them the node's own out-of-memory errors (a JVM's
+//! `OutOfMemoryError` of any kind, an allocation failure of Rust, Go or
+//! C++), which leave the process running as often as not and so are a
+//! failure no kernel counter shows.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -12,9 +16,20 @@ use crate::model::LogLine;
 
 /// Words that mark a line as an error in the logs of the usual nodes
 /// (RocksDB's `[ERROR]`, Redis's `# Error`, Java's exceptions, Rust's
-/// panics, the C library's `strerror` texts).
+/// panics, the C library's `strerror` texts, Java's `...Error` and
+/// `...Exception` class names).
 static ERROR: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(error|errors|panic|panicked|fatal|failed|failure|exception|no space left|corrupt(ion|ed)?)\b")
+    Regex::new(r"(?i)\b(error|errors|panic|panicked|fatal|failed|failure|exception|no space left|corrupt(ion|ed)?)\b|(?-i:[a-z](Error|Exception))\b")
+        .expect("a valid regex")
+});
+
+/// A node's own words for running out of memory: the JVM's
+/// `OutOfMemoryError` (heap, direct buffer memory, metaspace, native
+/// threads), Netty's `OutOfDirectMemoryError`, Rust's "memory allocation
+/// of N bytes failed", Go's "runtime: out of memory", C++'s
+/// `std::bad_alloc`, and `ENOMEM`'s text.
+static OUT_OF_MEMORY: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"OutOfMemoryError|OutOfDirectMemoryError|memory allocation of \d+ bytes failed|(?i:\bout of memory\b)|bad_alloc|Cannot allocate memory")
         .expect("a valid regex")
 });
 
@@ -28,6 +43,16 @@ const MAX_LINE: usize = 300;
 /// The first `max` distinct error lines of the log at `path`, each with
 /// how often it (or a line differing only in its numbers) came.
 pub fn error_lines(path: &Path, max: usize) -> Vec<LogLine> {
+    matching_lines(path, &ERROR, max)
+}
+
+/// The node's out-of-memory errors in the log at `path`: the first `max`
+/// distinct ones, each with how often it came.
+pub fn out_of_memory_lines(path: &Path, max: usize) -> Vec<LogLine> {
+    matching_lines(path, &OUT_OF_MEMORY, max)
+}
+
+fn matching_lines(path: &Path, re: &Regex, max: usize) -> Vec<LogLine> {
     let Ok(f) = std::fs::File::open(path) else {
         return vec![];
     };
@@ -36,7 +61,7 @@ pub fn error_lines(path: &Path, max: usize) -> Vec<LogLine> {
     for line in reader.split(b'\n').map_while(Result::ok) {
         let line = String::from_utf8_lossy(&line);
         let line = line.trim();
-        if !ERROR.is_match(line) {
+        if !re.is_match(line) {
             continue;
         }
         let key = shape(line);
@@ -106,6 +131,30 @@ mod tests {
         assert!(lines[1].line.contains("panicked"));
         assert_eq!(error_lines(&log, 1).len(), 1);
         assert!(error_lines(&dir.path().join("none.log"), 8).is_empty());
+    }
+
+    #[test]
+    fn out_of_memory_errors_are_found_whatever_the_language() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("node.log");
+        std::fs::write(
+            &log,
+            "NettyKv: connection /127.0.0.1:39370 closed: java.lang.OutOfMemoryError: Cannot reserve 4194304 bytes of direct buffer memory (allocated: 201326593, limit: 201326592)\n\
+             \tat java.base/java.nio.Bits.reserveMemory(Bits.java:178)\n\
+             NettyKv: connection /127.0.0.1:39372 closed: java.lang.OutOfMemoryError: Cannot reserve 4194304 bytes of direct buffer memory (allocated: 201326593, limit: 201326592)\n\
+             memory allocation of 1048576 bytes failed\n\
+             fatal error: runtime: out of memory\n\
+             terminate called after throwing an instance of 'std::bad_alloc'\n\
+             evicted 3 keys: maxmemory reached\n",
+        )
+        .unwrap();
+        let oom = out_of_memory_lines(&log, 8);
+        assert_eq!(oom.len(), 4, "{oom:?}");
+        assert_eq!(oom[0].count, 2);
+        assert!(oom[0].line.contains("Cannot reserve 4194304 bytes"));
+        // The JVM's error reads as an error too, though no word of it is
+        // "error" on its own.
+        assert!(error_lines(&log, 8)[0].line.contains("OutOfMemoryError"));
     }
 
     #[test]

@@ -85,6 +85,7 @@ pub fn evaluate(c: &Checks, m: &Measured) -> Vec<CheckResult> {
         ),
         count("aborted_reads", aborted, m.integrity.aborted),
         count("oom_kills", c.oom_kills, m.memory.oom_kills),
+        count("oom_errors", c.oom_errors, m.memory.oom_errors),
         // Whatever the suite asked: a node that cannot start again, or
         // stopped answering, is a finding, as a refused upgrade is.
         finding("unrecovered", c.unrecovered, m.unrecovered.as_deref()),

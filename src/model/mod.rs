@@ -546,6 +546,14 @@ pub struct MemorySummary {
     pub slope_bytes_per_hour: Option<f64>,
     pub cgroup_slope_bytes_per_hour: Option<f64>,
     pub oom_kills: u64,
+    /// Out-of-memory errors the node logged itself (a JVM's
+    /// `OutOfMemoryError`, an allocation failure of Rust, Go or C++),
+    /// whether or not it exited: how many lines said so, and the first
+    /// distinct ones with how often each came.
+    #[serde(default)]
+    pub oom_errors: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub oom_error_lines: Vec<LogLine>,
     pub samples: usize,
     pub peak_disk_bytes: u64,
     /// The process's RSS over the bytes its program allocated, at the

@@ -248,6 +248,7 @@ fn memory(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
     if let Some(cg) = &c.cgroup {
         cgroup_line(w, cg)?;
     }
+    out_of_memory(w, c)?;
     if let Some(e) = &c.engine {
         writeln!(
             w,
@@ -305,6 +306,31 @@ fn faults(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// The node's own out-of-memory errors, named with their cause: a JVM
+/// that cannot reserve direct memory fails its requests and goes on
+/// running, and no kernel counter shows it.
+fn out_of_memory(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
+    let m = &c.memory;
+    if m.oom_error_lines.is_empty() {
+        return Ok(());
+    }
+    let failed = c
+        .load
+        .as_ref()
+        .filter(|l| l.errors > 0)
+        .map(|l| format!("; the load saw {} requests fail", l.errors))
+        .unwrap_or_default();
+    writeln!(
+        w,
+        "**Out of memory inside the node** ({} lines of node.log say so, whether or not it exited{failed}):\n",
+        m.oom_errors
+    )?;
+    for l in &m.oom_error_lines {
+        writeln!(w, "- {} times: {}", l.count, table_code(&l.line))?;
+    }
+    writeln!(w)
 }
 
 /// The node's error replies and the errors in its log.

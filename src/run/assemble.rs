@@ -67,6 +67,8 @@ pub(super) struct CellMeasures {
     pub(super) served: Vec<Served>,
     /// The lines of the node's log that read as errors.
     pub(super) log_errors: Vec<crate::model::LogLine>,
+    /// The node's own out-of-memory errors in its log.
+    pub(super) oom_errors: Vec<crate::model::LogLine>,
 }
 
 fn memory_summary(plan: &CellPlan, m: &CellMeasures) -> MemorySummary {
@@ -92,6 +94,8 @@ fn memory_summary(plan: &CellPlan, m: &CellMeasures) -> MemorySummary {
         slope_bytes_per_hour: rss.slope_per_hour,
         cgroup_slope_bytes_per_hour: cgroup.slope_per_hour,
         oom_kills: m.oom_kills,
+        oom_errors: m.oom_errors.iter().map(|l| l.count).sum(),
+        oom_error_lines: m.oom_errors.clone(),
         samples: m.samples_taken,
         peak_disk_bytes: disk.peak,
         fragmentation: m
@@ -145,6 +149,7 @@ fn expectation(expect: &crate::suite::Checks, results: &[CheckResult]) -> Expect
             .collect(),
         incident: [
             expect.oom_kills,
+            expect.oom_errors,
             expect.crashes,
             expect.lost_writes,
             expect.corrupted_writes,

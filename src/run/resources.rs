@@ -142,6 +142,7 @@ impl CellResources {
             oom_kills,
             engine: self.engine.take(),
             log_errors: crate::analysis::log::error_lines(&plan.dir.join("node.log"), 8),
+            oom_errors: crate::analysis::log::out_of_memory_lines(&plan.dir.join("node.log"), 4),
         }
     }
 }

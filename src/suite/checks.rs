@@ -324,6 +324,11 @@ pub struct Checks {
     /// reads). Without it, `lost_writes`'s limit holds for them too.
     pub aborted_reads: Option<CountCheck>,
     pub oom_kills: Option<CountCheck>,
+    /// Out-of-memory errors the node logged itself, whether or not it
+    /// exited (a JVM's `OutOfMemoryError: Cannot reserve ... bytes of
+    /// direct buffer memory`, Rust's "memory allocation of N bytes
+    /// failed"): lines of node.log that say so.
+    pub oom_errors: Option<CountCheck>,
     /// Restarts after which the node never got ready again (a data
     /// directory it will not start from after a power cut): the cell ends
     /// there. Without it, one such restart fails the cell; `1` expects it.
@@ -537,6 +542,7 @@ impl Checks {
             corrupted_writes: over.corrupted_writes.or(self.corrupted_writes),
             aborted_reads: over.aborted_reads.or(self.aborted_reads),
             oom_kills: over.oom_kills.or(self.oom_kills),
+            oom_errors: over.oom_errors.or(self.oom_errors),
             unrecovered: over.unrecovered.or(self.unrecovered),
             unresponsive: over.unresponsive.or(self.unresponsive),
             crashes: over.crashes.or(self.crashes),
@@ -575,6 +581,7 @@ impl Checks {
             ("corrupted_writes", self.corrupted_writes.is_some()),
             ("aborted_reads", self.aborted_reads.is_some()),
             ("oom_kills", self.oom_kills.is_some()),
+            ("oom_errors", self.oom_errors.is_some()),
             ("unrecovered", self.unrecovered.is_some()),
             ("unresponsive", self.unresponsive.is_some()),
             ("crashes", self.crashes.is_some()),

@@ -227,6 +227,76 @@ fn teku_on_the_real_rocksdbjni_upgrades_from_7_7_3_to_9_5_2_with_every_key_read_
     assert_eq!(growth.verdict, Verdict::Pass, "{growth:?}");
 }
 
+/// HDDS-16728 on the real Netty (seed 004), shortened: NettyKv on
+/// PooledByteBufAllocator with an arena per event loop. With 64 event
+/// loops under -XX:MaxDirectMemorySize=192m the pool holds mostly free
+/// chunks and Netty cannot reserve another: soak names the JDK's
+/// "Cannot reserve ... bytes of direct buffer memory" from the node's log
+/// and the requests it failed, though the JVM never exits. With 16 event
+/// loops (the seed's fix) the same load holds, and the pool is a third
+/// of the size.
+#[test]
+fn netty_with_an_arena_per_event_loop_runs_out_of_direct_memory_and_16_loops_hold() {
+    let _one = one_at_a_time();
+    require_tool("javac", "openjdk-17-jdk-headless");
+    require_tool("mvn", "maven");
+    let built = Command::new(common::soak::suite("nodes/netty/build"))
+        .status()
+        .unwrap();
+    assert!(built.success(), "nodes/netty/build failed");
+    let run = soak_run("suites/netty-arenas.yaml", &["--duration-scale", "0.5"]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let cells = &run.summary().cells;
+    let (many, few) = (&cells[0], &cells[1]);
+    assert_eq!(
+        (many.id.as_str(), few.id.as_str()),
+        ("event_loops=64", "event_loops=16")
+    );
+    // The JVM's own failure, named with its cause; the kernel killed
+    // nothing and the node never died.
+    assert_eq!(many.memory.oom_kills, 0);
+    assert!(many.restarts.is_empty(), "{:?}", many.restarts);
+    assert!(many.memory.oom_errors >= 1, "{:?}", many.memory);
+    let line = &many.memory.oom_error_lines[0].line;
+    assert!(
+        line.contains("OutOfMemoryError: Cannot reserve")
+            && line.contains("bytes of direct buffer memory"),
+        "{line}"
+    );
+    assert!(many.load.as_ref().unwrap().errors >= 1, "no request failed");
+    let report =
+        std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+    assert!(
+        report.contains("**Out of memory inside the node**"),
+        "{report}"
+    );
+    // Most of what the pool held was free, and the fix's pool is smaller.
+    assert!(
+        many.memory.allocator_free_share.unwrap() > 0.8,
+        "{:?}",
+        many.memory
+    );
+    assert_eq!(few.memory.oom_errors, 0, "{:?}", few.memory.oom_error_lines);
+    let held = |c: &soak::model::CellResult| {
+        c.memory.allocator_free_bytes.unwrap() as f64 / c.memory.allocator_free_share.unwrap()
+    };
+    assert!(
+        held(few) * 2.0 < held(many),
+        "{} vs {}",
+        held(few),
+        held(many)
+    );
+    for c in cells {
+        assert_eq!(
+            (c.integrity.lost, c.integrity.corrupted),
+            (0, 0),
+            "{}",
+            c.id
+        );
+        assert!(c.expectation.as_ref().unwrap().met, "{}", c.id);
+    }
+}
+
 /// A suite of the repository with some of its text replaced (a smaller
 /// data set for a shortened run, another version's flags), written
 /// beside its schema-less copy in `dir`.
