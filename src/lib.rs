@@ -29,6 +29,7 @@ pub mod progress;
 pub mod protocol;
 pub mod report;
 pub mod run;
+pub mod services;
 pub mod signal;
 pub mod suite;
 pub mod telemetry;

@@ -95,6 +95,8 @@ pub struct CellPlan {
     pub vars: BTreeMap<String, String>,
     /// The node as it first starts (the base version).
     pub node: Spec,
+    /// The services started before it (`services:`), in order.
+    pub services: Vec<crate::services::ServicePlan>,
     /// Every version's argv and environment; `node` is the base.
     pub versions: BTreeMap<String, Launch>,
     /// How the node's containers are made, when it runs as a container.
@@ -250,21 +252,95 @@ fn variables(
     Ok(vars)
 }
 
-fn probe(suite: &Suite, r: &Renderer) -> Result<Probe, PlanError> {
-    let ready = &suite.node.ready;
+fn probe(ready: &crate::suite::Ready, at: &str, r: &Renderer) -> Result<Probe, PlanError> {
     Ok(if let Some(a) = &ready.resp {
-        Probe::Resp(r.one("node.ready.resp", a)?)
+        Probe::Resp(r.one(&format!("{at}.resp"), a)?)
     } else if let Some(a) = &ready.tcp {
-        Probe::Tcp(r.one("node.ready.tcp", a)?)
+        Probe::Tcp(r.one(&format!("{at}.tcp"), a)?)
     } else if let Some(u) = &ready.http {
-        Probe::Http(r.url("node.ready.http", u)?)
+        Probe::Http(r.url(&format!("{at}.http"), u)?)
     } else if let Some(re) = &ready.log {
-        Probe::Log(r.one("node.ready.log", re)?)
+        Probe::Log(r.one(&format!("{at}.log"), re)?)
     } else if let Some(argv) = &ready.exec {
-        Probe::Exec(r.argv("node.ready.exec", argv)?)
+        Probe::Exec(r.argv(&format!("{at}.exec"), argv)?)
     } else {
         unreachable!("validated: one probe")
     })
+}
+
+/// Each service's ports and folder, as variables every template sees:
+/// `${KAFKA_PORT}`, `${KAFKA_PORT2}`, `${KAFKA_DIR}`.
+fn service_variables(
+    suite: &Suite,
+    ctx: &RunContext,
+    dir: &Path,
+    vars: &mut BTreeMap<String, String>,
+) -> Result<(), PlanError> {
+    let taken: Vec<String> = ["PORT", "PORT2", "PORT3", "PORT4", "METRICS_PORT"]
+        .iter()
+        .filter_map(|k| vars.get(*k).cloned())
+        .collect();
+    for (i, s) in suite.services.iter().enumerate() {
+        let [port, port2, folder] = s.variables();
+        let ports = loop {
+            let p: [u16; 2] = if ctx.real_ports {
+                crate::net::ports::free().map_err(|e| {
+                    PlanError::Environment(format!("no free port on 127.0.0.1: {e}"))
+                })?
+            } else {
+                [7000 + 2 * i as u16, 7001 + 2 * i as u16]
+            };
+            let used = |x: u16| {
+                taken.contains(&x.to_string()) || vars.values().any(|v| *v == x.to_string())
+            };
+            if !p.iter().any(|x| used(*x)) || !ctx.real_ports {
+                break p;
+            }
+        };
+        vars.insert(port, ports[0].to_string());
+        vars.insert(port2, ports[1].to_string());
+        vars.insert(
+            folder,
+            dir.join("services").join(&s.name).display().to_string(),
+        );
+    }
+    Ok(())
+}
+
+/// The services as they start, rendered.
+fn service_plans(
+    suite: &Suite,
+    r: &Renderer,
+    dir: &Path,
+    run_id: &str,
+) -> Result<Vec<crate::services::ServicePlan>, PlanError> {
+    let mut out = vec![];
+    for (i, s) in suite.services.iter().enumerate() {
+        let at = format!("services[{i}]");
+        let mut env: Vec<(String, String)> = s
+            .env
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), r.one(&format!("{at}.env.{k}"), v)?)))
+            .collect::<Result<_, PlanError>>()?;
+        env.push(("SOAK_RUN_ID".into(), run_id.to_string()));
+        let log = format!("services/{}.log", s.name);
+        out.push(crate::services::ServicePlan {
+            name: s.name.clone(),
+            spec: Spec {
+                argv: r.argv(&format!("{at}.command"), &s.command)?,
+                env,
+                probe: probe(&s.ready, &format!("{at}.ready"), r)?,
+                ready_timeout: s.ready.timeout.0,
+                stop_signal: s.stop.signal.0,
+                grace: s.stop.grace.0,
+                log: dir.join(&log),
+                user: None,
+            },
+            dir: dir.join("services").join(&s.name),
+            log,
+        });
+    }
+    Ok(out)
 }
 
 /// The allocator: the matrix's, else the node's, else whatever the node
@@ -611,7 +687,8 @@ pub fn resolve(
     let rel_dir = format!("cells/{}", folder(&def.id));
     let dir = ctx.run_dir.join(&rel_dir);
     let data_dir = dir.join("data");
-    let vars = variables(def, ctx, &dir, &data_dir)?;
+    let mut vars = variables(def, ctx, &dir, &data_dir)?;
+    service_variables(suite, ctx, &dir, &mut vars)?;
     let r = Renderer { vars: &vars };
     let mut env: Vec<(String, String)> = suite
         .node
@@ -639,7 +716,7 @@ pub fn resolve(
     let node = Spec {
         argv: base.argv.clone(),
         env: base.env.clone(),
-        probe: probe(suite, &r)?,
+        probe: probe(&suite.node.ready, "node.ready", &r)?,
         ready_timeout: suite.node.ready.timeout.0,
         stop_signal: suite.node.stop.signal.0,
         grace: suite.node.stop.grace.0,
@@ -668,6 +745,7 @@ pub fn resolve(
         load: load_config(suite, &r, ctx.seed, &dir, &ctx.run_id)?,
         scrape,
         node,
+        services: service_plans(suite, &r, &dir, &ctx.run_id)?,
         allocator,
         limits: Limits {
             memory: suite.limits.memory.map(|s| s.0),

@@ -115,6 +115,8 @@ pub struct Context {
     /// `durability: unsynced-tail-allowed`: a power cut may take the
     /// unsynced tail of each connection's writes (never a hole).
     pub unsynced_tail_allowed: bool,
+    /// The services beside the node, for `service` phases.
+    pub services: std::sync::Arc<tokio::sync::Mutex<crate::services::Services>>,
 }
 
 /// Why the node is down, when soak took it down or saw it die.
@@ -1077,6 +1079,10 @@ impl<'a, N: Node> Cell<'a, N> {
             }
             Phase::Pause(d) => self.pause_node(d.mul_f64(scale)).await,
             Phase::Exec(e) => self.exec(e).await,
+            Phase::Service(s) => {
+                let done = self.ctx.services.lock().await.act(&s.name, s.action).await;
+                done.map_err(CellError::Setup)
+            }
             Phase::Limit(size) => self.limit(size.0).await,
             Phase::Verify => Ok(match self.read_back().await? {
                 Some(found) => found.to_string(),

@@ -249,6 +249,7 @@ async fn run_with(
     let ctx = Context {
         faults: crate::faults::Faults::default(),
         unsynced_tail_allowed: false,
+        services: Default::default(),
         dir: dir.path().to_path_buf(),
         vars: Default::default(),
         run_id: "test".into(),

@@ -200,6 +200,11 @@ impl ProcessNode {
         }
     }
 
+    /// How long a stop waits after the stop signal before SIGKILL.
+    pub fn grace(&self) -> Duration {
+        self.spec.grace
+    }
+
     pub fn pid(&self) -> Option<i32> {
         self.current.as_ref().map(|r| r.pid)
     }

@@ -268,6 +268,10 @@ pub struct CellResult {
     /// numbers, at most 8), with how often each came.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub log_errors: Vec<LogLine>,
+    /// The services beside the node (`services:`), and what happened to
+    /// them: their deaths are theirs, not the node's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<ServiceRecord>,
     /// What soak itself cost while the cell ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub harness: Option<HarnessCost>,
@@ -310,6 +314,22 @@ pub struct Recovery {
     /// cut, a network or disk fault), which ends the measurement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_fault_after_s: Option<f64>,
+}
+
+/// A service beside the node (a broker), and what happened to it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct ServiceRecord {
+    pub name: String,
+    /// Its log, relative to the cell's folder.
+    pub log: String,
+    /// How long each of its starts took to get ready, in milliseconds.
+    pub ready_ms: Vec<u64>,
+    /// Times `service` phases killed it, and stopped it.
+    pub kills: u64,
+    pub stops: u64,
+    /// How it exited when soak had not taken it down, if it did.
+    pub exited: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -249,6 +249,7 @@ fn memory(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
         cgroup_line(w, cg)?;
     }
     out_of_memory(w, c)?;
+    services(w, c)?;
     if let Some(e) = &c.engine {
         writeln!(
             w,
@@ -331,6 +332,35 @@ fn out_of_memory(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
         writeln!(w, "- {} times: {}", l.count, table_code(&l.line))?;
     }
     writeln!(w)
+}
+
+/// The services beside the node, and what happened to them.
+fn services(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
+    for s in &c.services {
+        let ready: Vec<String> = s
+            .ready_ms
+            .iter()
+            .map(|ms| format!("{:.1} s", *ms as f64 / 1000.0))
+            .collect();
+        let mut did = vec![format!("ready after {}", ready.join(", "))];
+        if s.kills > 0 {
+            did.push(format!("killed {} times by `service` phases", s.kills));
+        }
+        if s.stops > 0 {
+            did.push(format!("stopped {} times by `service` phases", s.stops));
+        }
+        if let Some(e) = &s.exited {
+            did.push(format!("**exited on its own** ({e})"));
+        }
+        writeln!(
+            w,
+            "**Service `{}`** (beside the node, not counted as its restarts): {}; its log: `{}`.\n",
+            s.name,
+            did.join("; "),
+            s.log
+        )?;
+    }
+    Ok(())
 }
 
 /// The node's error replies and the errors in its log.

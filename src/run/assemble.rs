@@ -69,6 +69,8 @@ pub(super) struct CellMeasures {
     pub(super) log_errors: Vec<crate::model::LogLine>,
     /// The node's own out-of-memory errors in its log.
     pub(super) oom_errors: Vec<crate::model::LogLine>,
+    /// What the services beside the node did.
+    pub(super) services: Vec<crate::model::ServiceRecord>,
 }
 
 fn memory_summary(plan: &CellPlan, m: &CellMeasures) -> MemorySummary {
@@ -252,6 +254,7 @@ pub(super) fn assemble(
             .collect(),
         log_errors: m.log_errors,
         harness: harness_cost(&m.samples, plan.interval),
+        services: m.services,
     };
     result
 }

@@ -438,6 +438,7 @@ async fn run_cell(
         readback_after_restart: plan.readback_after_restart,
         faults: parts.faults(),
         unsynced_tail_allowed: plan.unsynced_tail_allowed,
+        services: parts.services.clone(),
     };
     let verify = plan.load.as_ref().map(|l| l.protocol.open());
     let remote = parts

@@ -19,6 +19,7 @@ use crate::faults::proxy::Proxy;
 use crate::faults::Faults;
 use crate::model::CgroupSummary;
 use crate::plan::CellPlan;
+use crate::services::Services;
 use crate::telemetry::{Sample, Sampler, ScrapeStats, Scraper, Target};
 use crate::workload::Load;
 
@@ -37,6 +38,8 @@ pub(super) struct CellResources {
     pub(super) engine: Option<crate::model::EngineInfo>,
     /// What telemetry and the cell watch: the node's pid, cgroup and data.
     pub(super) target: Target,
+    /// The services beside the node: up first, down last.
+    pub(super) services: Arc<tokio::sync::Mutex<Services>>,
 }
 
 impl CellResources {
@@ -49,6 +52,13 @@ impl CellResources {
         placement: Option<&Placement>,
         origin: tokio::time::Instant,
     ) -> Result<CellResources, RunError> {
+        // A service that never gets ready stops the run before the node
+        // starts: the environment's failure, named.
+        let services = Arc::new(tokio::sync::Mutex::new(
+            Services::start(&plan.services)
+                .await
+                .map_err(RunError::Environment)?,
+        ));
         let (node, cgroup) = prepare_node(plan, placement).await?;
         let info = node.info();
         let (proxy, load) = start_load(plan, origin).await?;
@@ -82,6 +92,7 @@ impl CellResources {
             cgroup,
             engine: info.engine,
             target,
+            services,
         })
     }
 
@@ -123,6 +134,7 @@ impl CellResources {
             .map(|c| cgroup_summary(c, placement, &samples));
         let oom_kills = oom_kills(self.cgroup.as_deref(), bus);
         self.node.shutdown().await;
+        let services = self.services.lock().await.stop().await;
         let faults = self.faults().record();
         if let Some(mut d) = self.disk.take() {
             d.unmount();
@@ -143,6 +155,7 @@ impl CellResources {
             engine: self.engine.take(),
             log_errors: crate::analysis::log::error_lines(&plan.dir.join("node.log"), 8),
             oom_errors: crate::analysis::log::out_of_memory_lines(&plan.dir.join("node.log"), 4),
+            services,
         }
     }
 }

@@ -26,7 +26,9 @@ use serde::{Deserialize, Serialize};
 
 pub use checks::{Checks, CountCheck, Severity};
 pub use matrix::{CellDef, Matrix};
-pub use phase::{Action, ChaosAction, ChaosSpec, ExecSpec, NetworkSpec, Phase};
+pub use phase::{
+    Action, ChaosAction, ChaosSpec, ExecSpec, NetworkSpec, Phase, ServiceAction, ServicePhase,
+};
 pub use values::{Count, Dur, GrowthRate, LoadRate, Rate, Sig, Size, SizeRange};
 
 use allocator::Profile;
@@ -42,6 +44,12 @@ pub struct Suite {
     #[serde(default)]
     pub description: String,
     pub node: NodeSpec,
+    /// Processes the node needs beside it (a Kafka broker under a Kafka
+    /// Streams application), started in this order before the node,
+    /// ready-probed, kept running through its kills and upgrades, stopped
+    /// after it; never under the node's limit.
+    #[serde(default)]
+    pub services: Vec<ServiceSpec>,
     #[serde(default)]
     pub limits: Limits,
     pub matrix: Option<Matrix>,
@@ -124,6 +132,54 @@ pub struct NodeSpec {
     pub metrics: Option<MetricsSpec>,
     #[serde(default)]
     pub stop: StopSpec,
+}
+
+/// A process beside the node. It gets ports and a folder of its own, named
+/// after it for every template of the suite: `${KAFKA_PORT}`,
+/// `${KAFKA_PORT2}` and `${KAFKA_DIR}` for a service `kafka` (upper case,
+/// `-` as `_`). Its output goes to `services/NAME.log` in the cell's
+/// folder; it is labelled with the run, as the node is, for `soak cleanup`.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceSpec {
+    /// Letters, digits, `-` and `_`; unique in the suite.
+    pub name: String,
+    /// The argv, templated; never run through a shell.
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub ready: Ready,
+    #[serde(default)]
+    pub stop: StopSpec,
+}
+
+impl ServiceSpec {
+    /// The variables naming its ports and folder: `${NAME_PORT}`,
+    /// `${NAME_PORT2}`, `${NAME_DIR}`.
+    pub fn variables(&self) -> [String; 3] {
+        service_variables(&self.name)
+    }
+}
+
+/// The variables of a service called `name`.
+pub fn service_variables(name: &str) -> [String; 3] {
+    {
+        let stem: String = name
+            .chars()
+            .map(|c| {
+                if c == '-' {
+                    '_'
+                } else {
+                    c.to_ascii_uppercase()
+                }
+            })
+            .collect();
+        [
+            format!("{stem}_PORT"),
+            format!("{stem}_PORT2"),
+            format!("{stem}_DIR"),
+        ]
+    }
 }
 
 /// How to tell that the node serves; exactly one probe, tried every 50 ms
@@ -564,6 +620,7 @@ impl Suite {
             }
         }
         out.extend(self.check_ready());
+        out.extend(self.check_services());
         let cells = self.cells();
         if cells.is_empty() {
             out.push((
@@ -605,6 +662,56 @@ impl Suite {
     }
 
     /// The node's readiness probe and the URLs it is probed at.
+    /// Services: names that make variables, one of each, one probe each;
+    /// `service` phases name one of them.
+    fn check_services(&self) -> Vec<(String, String)> {
+        let mut out = vec![];
+        for (i, s) in self.services.iter().enumerate() {
+            let at = format!("services[{i}]");
+            if s.name.is_empty()
+                || !s
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                out.push((format!("{at}.name"), format!("`{}`: a service's name is letters, digits, `-` and `_` (it names its variables, e.g. `${{KAFKA_PORT}}`)", s.name)));
+            }
+            if self.services[..i].iter().any(|o| o.name == s.name) {
+                out.push((
+                    format!("{at}.name"),
+                    format!("a second service `{}`: give each its own name", s.name),
+                ));
+            }
+            if s.command.is_empty() {
+                out.push((
+                    format!("{at}.command"),
+                    "the command is empty: give the service's argv".into(),
+                ));
+            }
+            match s.ready.given().as_slice() {
+                [] => out.push((format!("{at}.ready"), "say how to tell the service is ready: `tcp: 127.0.0.1:${NAME_PORT}`, `http: ...`, `resp: ...`, `log: REGEX` or `exec: [ARGV]`".into())),
+                [_] => {}
+                many => out.push((format!("{at}.ready"), format!("give one readiness probe, not {}", many.join(" and ")))),
+            }
+            if let Some(Err(e)) = s.ready.log.as_deref().map(regex::Regex::new) {
+                out.push((format!("{at}.ready.log"), format!("not a regex: {e}")));
+            }
+        }
+        let mut phases = vec![];
+        collect_service_phases(&self.phases, "phases", &mut phases);
+        for (path, name) in phases {
+            if !self.services.iter().any(|s| s.name == *name) {
+                let known: Vec<&str> = self.services.iter().map(|s| s.name.as_str()).collect();
+                out.push((format!("{path}.service.name"), if known.is_empty() {
+                    format!("there is no service `{name}`: describe it under `services:`, e.g. `services: [{{ name: {name}, command: [...], ready: {{ tcp: \"127.0.0.1:${{{}}}\" }} }}]`", service_variables(name)[0])
+                } else {
+                    format!("there is no service `{name}`{}; services: {}", values::did_you_mean(name, known.iter().copied()), known.join(", "))
+                }));
+            }
+        }
+        out
+    }
+
     fn check_ready(&self) -> Vec<(String, String)> {
         let mut out = vec![];
         let ready = &self.node.ready;
@@ -808,6 +915,29 @@ impl Suite {
         if let Some(image) = &self.node.image {
             templated.push(("node.image".into(), image));
         }
+        for (i, s) in self.services.iter().enumerate() {
+            let at = format!("services[{i}]");
+            for (j, a) in s.command.iter().enumerate() {
+                templated.push((format!("{at}.command[{j}]"), a));
+            }
+            for (k, v) in &s.env {
+                templated.push((format!("{at}.env.{k}"), v));
+            }
+            let r = &s.ready;
+            for (f, v) in [
+                ("resp", &r.resp),
+                ("tcp", &r.tcp),
+                ("http", &r.http),
+                ("log", &r.log),
+            ] {
+                if let Some(v) = v {
+                    templated.push((format!("{at}.ready.{f}"), v));
+                }
+            }
+            for (j, a) in r.exec.iter().flatten().enumerate() {
+                templated.push((format!("{at}.ready.exec[{j}]"), a));
+            }
+        }
         templated
     }
 
@@ -837,11 +967,13 @@ impl Suite {
                 templated.push((format!("{path}.exec.command[{j}]"), a));
             }
         }
+        let service_vars: Vec<String> = self.services.iter().flat_map(|s| s.variables()).collect();
         let mut out = vec![];
         for cell in cells {
             let vars = cell.variables();
             let mut known: Vec<&str> = template::CELL_VARIABLES.to_vec();
             known.extend(vars.keys().map(String::as_str));
+            known.extend(service_vars.iter().map(String::as_str));
             let mut with_keys = known.clone();
             with_keys.extend(crate::protocol::http::PLACEHOLDERS);
             let all = templated
@@ -1050,5 +1182,18 @@ impl Workload {
         }
         out.extend(w.protocol_problems());
         out
+    }
+}
+
+/// The `service` phases, at any depth of `repeat`s, with their paths.
+fn collect_service_phases<'a>(phases: &'a [Phase], at: &str, out: &mut Vec<(String, &'a String)>) {
+    for (i, p) in phases.iter().enumerate() {
+        match p {
+            Phase::Service(s) => out.push((format!("{at}[{i}]"), &s.name)),
+            Phase::Repeat { phases, .. } => {
+                collect_service_phases(phases, &format!("{at}[{i}].repeat.phases"), out)
+            }
+            _ => {}
+        }
     }
 }

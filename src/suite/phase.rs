@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::faults::DiskFault;
 use super::values::{did_you_mean, Count, Dur, Sig, Size};
 
-pub const PHASES: [&str; 20] = [
+pub const PHASES: [&str; 21] = [
     "load",
     "run",
     "kill",
@@ -33,6 +33,7 @@ pub const PHASES: [&str; 20] = [
     "disk_full",
     "io_errors",
     "io_delay",
+    "service",
 ];
 
 /// One step of a suite.
@@ -83,6 +84,42 @@ pub enum Phase {
     /// filesystem (`faults::disk`): `power_cut`, `disk_full`, `io_errors`,
     /// `io_delay`.
     Disk(DiskFault),
+    /// Kill, stop, start or restart one of the suite's `services` (a
+    /// broker under the node): what follows is not the node's doing.
+    Service(ServicePhase),
+}
+
+/// `service: { name: kafka, action: kill }`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServicePhase {
+    pub name: String,
+    pub action: ServiceAction,
+}
+
+/// What a `service` phase does to the service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServiceAction {
+    /// SIGKILL to its process group.
+    Kill,
+    /// Its stop signal, then SIGKILL after its grace.
+    Stop,
+    /// Start it again and wait until it is ready.
+    Start,
+    /// Stop, then start.
+    Restart,
+}
+
+impl fmt::Display for ServiceAction {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(match self {
+            ServiceAction::Kill => "kill",
+            ServiceAction::Stop => "stop",
+            ServiceAction::Start => "start",
+            ServiceAction::Restart => "restart",
+        })
+    }
 }
 
 /// `network: { latency: 50ms, jitter: 10ms, bandwidth: 1MiB/s, blackhole:
@@ -689,6 +726,7 @@ impl<'de> Deserialize<'de> for Phase {
                     "chaos" => Err(E::custom("`chaos` needs a schedule: write `- chaos: { during: 5m, every: 20s..1m, actions: [kill, pause] }`")),
                     "upgrade" | "downgrade" => Err(E::custom(format!("`{v}` needs a version: write `- {v}: NAME` with NAME under `versions:`"))),
                     "network" => Err(E::custom("`network` needs faults: write `- network: { latency: 50ms }`, or `- network: clear`")),
+                    "service" => Err(E::custom("`service` needs a name and an action: write `- service: { name: kafka, action: kill }` (kill, stop, start or restart)")),
                     other => match DiskFault::from_word(other) {
                         Some(r) => r.map(Phase::Disk).map_err(E::custom),
                         None => Err(E::custom(unknown(other))),
@@ -712,6 +750,7 @@ impl<'de> Deserialize<'de> for Phase {
                     "upgrade" => Phase::Upgrade(map.next_value::<String>()?),
                     "downgrade" => Phase::Downgrade(map.next_value::<String>()?),
                     "network" => Phase::Network(map.next_value::<NetworkSpec>()?),
+                    "service" => Phase::Service(map.next_value::<ServicePhase>()?),
                     "repeat" => {
                         let r: RepeatSpec = map.next_value()?;
                         if r.times.0 == 0 {
@@ -783,6 +822,7 @@ impl Phase {
             Phase::Downgrade(_) => "downgrade",
             Phase::Network(_) => "network",
             Phase::Disk(d) => d.word(),
+            Phase::Service(_) => "service",
         }
     }
 
@@ -814,6 +854,7 @@ impl fmt::Display for Phase {
             Phase::VerifyOffline => f.write_str("verify offline"),
             Phase::Network(n) => write!(f, "network {n}"),
             Phase::Disk(d) => write!(f, "{d}"),
+            Phase::Service(s) => write!(f, "service {} {}", s.name, s.action),
             Phase::Repeat { times, phases } => {
                 write!(f, "repeat {times}x ({} phases)", phases.len())
             }

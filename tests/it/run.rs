@@ -266,6 +266,55 @@ fn repeated_cells_give_a_spread_and_say_what_is_beyond_it() {
     );
 }
 
+/// A service beside the node starts before it, stays up through the
+/// node's kill (it started twice: once with the cell, once after the
+/// `service` phase that killed it), answers between the phases, and its
+/// death is its own: the node's only restart is its planned kill.
+#[test]
+fn a_service_beside_the_node_outlives_its_kills_and_is_not_counted_as_the_node() {
+    require_tool("curl", "curl");
+    let run = soak_run("tests/suites/service-beside.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = run.cell();
+    let reasons: Vec<Cause> = c.restarts.iter().map(|r| r.reason).collect();
+    assert_eq!(reasons, [Cause::Kill]);
+    let web = &c.services[0];
+    assert_eq!(
+        (web.name.as_str(), web.kills, web.exited.as_deref()),
+        ("web", 1, None)
+    );
+    assert_eq!(web.ready_ms.len(), 2, "{web:?}");
+    let log = run.file("services/web.log");
+    assert_eq!(log.matches("web started").count(), 2, "{log}");
+    assert!(c.execs.iter().all(|e| e.code == Some(0)), "{:?}", c.execs);
+    assert!(run.file("../../report.md").contains("**Service `web`**"));
+    assert_nothing_left(&run);
+}
+
+/// A service that never gets ready stops the run before the node starts:
+/// exit 3, naming the service and the field to change, nothing left.
+#[test]
+fn a_service_that_never_gets_ready_is_exit_3_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(common::soak::suite("tests/suites/service-beside.yaml"))
+        .unwrap()
+        .replace(
+            r#"ready: { http: "http://127.0.0.1:${WEB_PORT}/" }"#,
+            r#"ready: { tcp: "127.0.0.1:${WEB_PORT2}", timeout: 1s }"#,
+        );
+    let suite = dir.path().join("never-ready-service.yaml");
+    std::fs::write(&suite, text).unwrap();
+    let run = soak_run(suite.to_str().unwrap(), &[]);
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    let err = run.stderr();
+    assert!(
+        err.contains("service `web` did not get ready within 1s")
+            && err.contains("services[0].ready.timeout"),
+        "{err}"
+    );
+    assert_nothing_left(&run);
+}
+
 fn check_of<'a>(c: &'a soak::model::CellResult, name: &str) -> &'a CheckResult {
     c.checks
         .iter()
