@@ -9,7 +9,7 @@ use std::process::Command;
 
 use common::require_tool;
 use common::soak::*;
-use soak::model::{CellResult, Verdict};
+use soak::model::{Cause, CellResult, Verdict};
 
 const MIB: u64 = 1 << 20;
 
@@ -295,6 +295,79 @@ fn netty_with_an_arena_per_event_loop_runs_out_of_direct_memory_and_16_loops_hol
         );
         assert!(c.expectation.as_ref().unwrap().met, "{}", c.id);
     }
+}
+
+/// KAFKA-4484 on the real Kafka Streams (seed 001), shortened to one
+/// configuration, with exactly-once and at-least-once: the broker (a
+/// service) starts first, the application is SIGKILLed under load and
+/// every acknowledged write is read back once it has caught up; then the
+/// broker is SIGKILLed and started again, which is the broker's death,
+/// not the application's: its only restart is the planned kill.
+#[test]
+fn kafka_streams_on_a_real_broker_loses_nothing_and_a_broker_kill_is_not_the_apps() {
+    let _one = one_at_a_time();
+    require_tool("javac", "openjdk-17-jdk-headless");
+    require_tool("mvn", "maven");
+    let built = Command::new(common::soak::suite("nodes/kafka-streams/build"))
+        .status()
+        .unwrap();
+    assert!(built.success(), "nodes/kafka-streams/build failed");
+    let dir = tempfile::tempdir().unwrap();
+    let root = common::soak::suite("").display().to_string();
+    let suite = variant(
+        &dir,
+        "suites/kafka-streams.yaml",
+        &[
+            ("${SUITE_DIR}/..", root.trim_end_matches('/')),
+            ("    - { name: 100MiB-32MiB, cache: 100MiB, write_buffer: 32MiB }\n", ""),
+            ("    - { name: 50MiB-16MiB, cache: 50MiB, write_buffer: 16MiB }\n", ""),
+            (
+                "    - { config: { name: 50MiB-16MiB, cache: 50MiB, write_buffer: 16MiB }, guarantee: at_least_once }",
+                "    - { config: { name: 25MiB-8MiB, cache: 25MiB, write_buffer: 8MiB }, guarantee: at_least_once }",
+            ),
+            ("repeat: 3", "repeat: 1"),
+            ("keys: 5_000", "keys: 1_000"),
+        ],
+    );
+    let run = soak_run(&suite, &["--duration-scale", "0.25"]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let cells = &run.summary().cells;
+    assert_eq!(cells.len(), 2);
+    for c in cells {
+        let reasons: Vec<Cause> = c.restarts.iter().map(|r| r.reason).collect();
+        assert_eq!(reasons, [Cause::Kill], "{}", c.id);
+        let kafka = &c.services[0];
+        assert_eq!(
+            (kafka.name.as_str(), kafka.kills, kafka.exited.as_deref()),
+            ("kafka", 1, None),
+            "{}",
+            c.id
+        );
+        assert_eq!(kafka.ready_ms.len(), 2, "{kafka:?}");
+        let i = &c.integrity;
+        assert_eq!((i.lost, i.corrupted), (0, 0), "{}: {i:?}", c.id);
+        assert!(i.verified >= 100, "{}: {i:?}", c.id);
+        let log =
+            std::fs::read_to_string(run.report_dir.as_ref().unwrap().join(&c.files["node.log"]))
+                .unwrap();
+        let guarantee = c.params["guarantee"].as_str();
+        assert!(
+            log.contains("StreamsKv on 127.0.0.1:") && log.contains(guarantee),
+            "{log}"
+        );
+    }
+    // RocksDB's own figures came through Kafka Streams' metrics.
+    let metrics = soak::gzcsv::read_to_string(
+        &run.report_dir
+            .as_ref()
+            .unwrap()
+            .join(&cells[0].files["metrics.csv.gz"]),
+    )
+    .unwrap();
+    assert!(
+        metrics.contains("rocksdb_memtables_size_bytes"),
+        "no RocksDB figures"
+    );
 }
 
 /// A suite of the repository with some of its text replaced (a smaller
