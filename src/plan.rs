@@ -268,6 +268,27 @@ fn probe(ready: &crate::suite::Ready, at: &str, r: &Renderer) -> Result<Probe, P
     })
 }
 
+/// The node's environment: the suite's, the allocator's, and the label
+/// `soak cleanup` finds its processes by.
+fn node_env(
+    suite: &Suite,
+    r: &Renderer,
+    allocator: Option<&AllocatorPlan>,
+    run_id: &str,
+) -> Result<Vec<(String, String)>, PlanError> {
+    let mut env: Vec<(String, String)> = suite
+        .node
+        .env
+        .iter()
+        .map(|(k, v)| Ok((k.clone(), r.one(&format!("node.env.{k}"), v)?)))
+        .collect::<Result<_, PlanError>>()?;
+    if let Some(a) = allocator {
+        env.extend(a.profile.environment(a.library.as_deref()));
+    }
+    env.push(("SOAK_RUN_ID".into(), run_id.to_string()));
+    Ok(env)
+}
+
 /// Each service's ports and folder, as variables every template sees:
 /// `${KAFKA_PORT}`, `${KAFKA_PORT2}`, `${KAFKA_DIR}`.
 fn service_variables(
@@ -690,18 +711,8 @@ pub fn resolve(
     let mut vars = variables(def, ctx, &dir, &data_dir)?;
     service_variables(suite, ctx, &dir, &mut vars)?;
     let r = Renderer { vars: &vars };
-    let mut env: Vec<(String, String)> = suite
-        .node
-        .env
-        .iter()
-        .map(|(k, v)| Ok((k.clone(), r.one(&format!("node.env.{k}"), v)?)))
-        .collect::<Result<_, PlanError>>()?;
     let allocator = allocator_plan(suite, def, ctx)?;
-    if let Some(a) = &allocator {
-        env.extend(a.profile.environment(a.library.as_deref()));
-    }
-    // The label `soak cleanup` finds the node's processes by.
-    env.push(("SOAK_RUN_ID".into(), ctx.run_id.clone()));
+    let env = node_env(suite, &r, allocator.as_ref(), &ctx.run_id)?;
     let base = Launch {
         argv: r.argv("node.command", &suite.node.command)?,
         env,
