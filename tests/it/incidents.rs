@@ -195,12 +195,7 @@ fn the_jvm_node_is_oom_killed_by_its_event_loops_pools_not_its_heap() {
 #[test]
 fn teku_on_the_real_rocksdbjni_upgrades_from_7_7_3_to_9_5_2_with_every_key_read_back() {
     let _one = one_at_a_time();
-    require_tool("javac", "openjdk-17-jdk-headless");
-    require_tool("mvn", "maven");
-    let built = Command::new(common::soak::suite("nodes/teku-jvm/build"))
-        .status()
-        .unwrap();
-    assert!(built.success(), "nodes/teku-jvm/build failed");
+    build_jvm_node("nodes/teku-jvm/build");
     let run = soak_run("suites/teku-jvm.yaml", &["--duration-scale", "0.25"]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let c = &run.summary().cells[0];
@@ -238,12 +233,7 @@ fn teku_on_the_real_rocksdbjni_upgrades_from_7_7_3_to_9_5_2_with_every_key_read_
 #[test]
 fn netty_with_an_arena_per_event_loop_runs_out_of_direct_memory_and_16_loops_hold() {
     let _one = one_at_a_time();
-    require_tool("javac", "openjdk-17-jdk-headless");
-    require_tool("mvn", "maven");
-    let built = Command::new(common::soak::suite("nodes/netty/build"))
-        .status()
-        .unwrap();
-    assert!(built.success(), "nodes/netty/build failed");
+    build_jvm_node("nodes/netty/build");
     let run = soak_run("suites/netty-arenas.yaml", &["--duration-scale", "0.5"]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let cells = &run.summary().cells;
@@ -306,12 +296,7 @@ fn netty_with_an_arena_per_event_loop_runs_out_of_direct_memory_and_16_loops_hol
 #[test]
 fn kafka_streams_on_a_real_broker_loses_nothing_and_a_broker_kill_is_not_the_apps() {
     let _one = one_at_a_time();
-    require_tool("javac", "openjdk-17-jdk-headless");
-    require_tool("mvn", "maven");
-    let built = Command::new(common::soak::suite("nodes/kafka-streams/build"))
-        .status()
-        .unwrap();
-    assert!(built.success(), "nodes/kafka-streams/build failed");
+    build_jvm_node("nodes/kafka-streams/build");
     let dir = tempfile::tempdir().unwrap();
     let root = common::soak::suite("").display().to_string();
     let suite = variant(
@@ -368,6 +353,14 @@ fn kafka_streams_on_a_real_broker_loses_nothing_and_a_broker_kill_is_not_the_app
         metrics.contains("rocksdb_memtables_size_bytes"),
         "no RocksDB figures"
     );
+}
+
+/// Builds a JVM node of `nodes/` from Maven Central with its script.
+fn build_jvm_node(script: &str) {
+    require_tool("javac", "openjdk-17-jdk-headless");
+    require_tool("mvn", "maven");
+    let built = Command::new(common::soak::suite(script)).status().unwrap();
+    assert!(built.success(), "{script} failed");
 }
 
 /// A suite of the repository with some of its text replaced (a smaller
