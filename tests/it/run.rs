@@ -291,6 +291,47 @@ fn a_service_beside_the_node_outlives_its_kills_and_is_not_counted_as_the_node()
     assert_nothing_left(&run);
 }
 
+/// A service that leaves a process outside its group (a daemon's
+/// `setsid`), under a soak that is SIGKILLed: the service's own process
+/// dies with soak, the one that got away carries the run's label, and
+/// `soak cleanup` finds it.
+#[test]
+fn a_services_process_that_got_away_from_a_killed_soak_is_found_by_cleanup() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(common::soak::suite("tests/suites/service-beside.yaml"))
+        .unwrap()
+        .replace(
+            "echo web started; exec python3",
+            "setsid sleep 1000 & echo web started; exec python3",
+        );
+    let suite = dir.path().join("service-away.yaml");
+    std::fs::write(&suite, text).unwrap();
+    let out = dir.path().join("out");
+    let mut child = spawn_soak_run(suite.to_str().unwrap(), &out, std::process::Stdio::null());
+    let id = wait_until_ready(&out);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let away = labelled(&id);
+    assert!(!away.is_empty(), "nothing of the service outlived soak");
+    let cleanup = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .args(["cleanup", "--run", &id])
+        .output()
+        .unwrap();
+    assert!(cleanup.status.success(), "{cleanup:?}");
+    let run_dir = walk(&out)
+        .into_iter()
+        .find(|p| p.ends_with("events.jsonl"))
+        .map(|e| e.ancestors().nth(3).unwrap().to_path_buf())
+        .unwrap();
+    assert_nothing_left(&Run {
+        id,
+        out: cleanup,
+        summary: None,
+        report_dir: Some(run_dir),
+        _dir: dir,
+    });
+}
+
 /// A service that never gets ready stops the run before the node starts:
 /// exit 3, naming the service and the field to change, nothing left.
 #[test]
