@@ -8,6 +8,10 @@
 // changelog and the same transaction under exactly-once, the offset it
 // applied last for that partition ("__offset:<partition>"): a reader can
 // tell whether the store has caught up with what the broker acknowledged.
+// Beside each value it keeps the offset of the record applied last to that
+// key: a record at or before it is applied a second time (a replay after
+// a kill under at-least-once), which marks the key for good, as a count or
+// a sum would stay wrong for good; GET /kv says so in X-Applied-Twice.
 //
 // Its RocksDB settings come from the command line through a
 // RocksDBConfigSetter, KAFKA-4484's knobs: --block-cache (per store),
@@ -69,6 +73,13 @@ import java.util.concurrent.Executors;
 
 public class StreamsKv {
     static final String STORE = "kv";
+    /**
+     * A stored value: 1 byte "applied twice" (sticky), 8 bytes the offset
+     * of the record applied last, then 1 byte "present" and the value
+     * (none after a delete, kept only to remember the first two).
+     */
+    static final int HEADER = 9;
+    static final java.util.concurrent.atomic.AtomicLong APPLIED_TWICE = new java.util.concurrent.atomic.AtomicLong();
     static long blockCache = 50L << 20;    // Kafka Streams' default per store
     static long writeBuffer = 16L << 20;   // Kafka Streams' default
     static int writeBuffers = 3;           // Kafka Streams' default
@@ -110,12 +121,23 @@ public class StreamsKv {
 
         @Override
         public void process(Record<String, byte[]> r) {
-            if (r.value() == null) {
-                store.delete(r.key());
-            } else {
-                store.put(r.key(), r.value());
-            }
             RecordMetadata m = context.recordMetadata().orElseThrow();
+            byte[] old = store.get(r.key());
+            // A record at or before the one this key applied last is
+            // applied a second time (a replay after a kill).
+            boolean twice = old != null && (old[0] == 1 || ByteBuffer.wrap(old, 1, 8).getLong() >= m.offset());
+            if (twice && (old[0] == 0)) {
+                APPLIED_TWICE.incrementAndGet();
+            }
+            // A delete keeps the header alone: the key reads as missing,
+            // and a replay of what came before it is still seen.
+            byte[] v = r.value() == null ? new byte[0] : r.value();
+            ByteBuffer b = ByteBuffer.allocate(HEADER + (r.value() == null ? 0 : 1 + v.length));
+            b.put((byte) (twice ? 1 : 0)).putLong(m.offset());
+            if (r.value() != null) {
+                b.put((byte) 1).put(v);
+            }
+            store.put(r.key(), b.array());
             store.put("__offset:" + m.partition(), ByteBuffer.allocate(8).putLong(m.offset()).array());
         }
     }
@@ -221,10 +243,13 @@ public class StreamsKv {
                 reply(ex, 503, ("not queryable: " + e.getMessage()).getBytes(StandardCharsets.UTF_8));
                 return;
             }
-            if (v == null) {
+            if (v == null || v.length == HEADER) {
                 reply(ex, 404, new byte[0]);
             } else {
-                reply(ex, 200, v);
+                if (v[0] == 1) {
+                    ex.getResponseHeaders().add("X-Applied-Twice", "true");
+                }
+                reply(ex, 200, java.util.Arrays.copyOfRange(v, HEADER + 1, v.length));
             }
         });
         http.createContext("/position", ex -> {
@@ -293,6 +318,7 @@ public class StreamsKv {
         gauge(b, "rocksdb_memtables_size_bytes", memtables);
         gauge(b, "rocksdb_table_readers_memory_bytes", readers);
         gauge(b, "streams_records_processed_total", processed);
+        gauge(b, "streams_records_applied_twice_total", APPLIED_TWICE.get());
         gauge(b, "streams_running", streams.state() == KafkaStreams.State.RUNNING ? 1 : 0);
         gauge(b, "jvm_heap_used_bytes", ManagementFactory.getMemoryMXBean().getHeapMemoryUsage().getUsed());
         gauge(b, "jvm_nonheap_used_bytes", ManagementFactory.getMemoryMXBean().getNonHeapMemoryUsage().getUsed());
