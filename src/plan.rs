@@ -334,6 +334,7 @@ fn service_plans(
     r: &Renderer,
     dir: &Path,
     run_id: &str,
+    cgroup_name: &str,
 ) -> Result<Vec<crate::services::ServicePlan>, PlanError> {
     let mut out = vec![];
     for (i, s) in suite.services.iter().enumerate() {
@@ -359,6 +360,8 @@ fn service_plans(
             },
             dir: dir.join("services").join(&s.name),
             log,
+            memory: s.memory.map(|m| m.0),
+            cgroup_name: format!("{cgroup_name}-{}", s.name),
         });
     }
     Ok(out)
@@ -756,7 +759,13 @@ pub fn resolve(
         load: load_config(suite, &r, ctx.seed, &dir, &ctx.run_id)?,
         scrape,
         node,
-        services: service_plans(suite, &r, &dir, &ctx.run_id)?,
+        services: service_plans(
+            suite,
+            &r,
+            &dir,
+            &ctx.run_id,
+            &format!("{}{}-{index}", crate::driver::cgroup::PREFIX, ctx.run_id),
+        )?,
         allocator,
         limits: Limits {
             memory: suite.limits.memory.map(|s| s.0),

@@ -30,6 +30,9 @@ pub struct ServicePlan {
     pub dir: PathBuf,
     /// Its log, relative to the cell's folder.
     pub log: String,
+    /// Its memory limit (`memory:`), in a cgroup of its own called this.
+    pub memory: Option<u64>,
+    pub cgroup_name: String,
 }
 
 struct Service {
@@ -46,7 +49,11 @@ impl Service {
             return;
         }
         if let Some(status) = self.process.exit_status() {
-            self.record.exited = Some(crate::driver::Exit::from(status).to_string());
+            let exit = crate::driver::Exit::from(status).to_string();
+            self.record.exited = Some(match self.process.classify_death() {
+                crate::driver::Death::Oom => format!("{exit}, OOM-killed under its memory limit"),
+                _ => exit,
+            });
         }
     }
 }
@@ -69,7 +76,10 @@ impl Services {
     /// Starts each in order and waits until it is ready. A service that
     /// does not get ready is the environment's failure (exit 3), named,
     /// with what its log said; those started before it are taken down.
-    pub async fn start(plans: &[ServicePlan]) -> Result<Services, String> {
+    pub async fn start(
+        plans: &[ServicePlan],
+        placement: Option<&crate::driver::cgroup::place::Placement>,
+    ) -> Result<Services, String> {
         let mut out = Services::default();
         for (i, p) in plans.iter().enumerate() {
             std::fs::create_dir_all(&p.dir).map_err(|e| {
@@ -84,7 +94,27 @@ impl Services {
                     )
                 })?;
             }
-            let mut process = ProcessNode::new(p.spec.clone(), None);
+            let cgroup = match (p.memory, placement) {
+                (None, _) => None,
+                (Some(_), None) => {
+                    return Err(format!(
+                        "services[{i}].memory needs a memory cgroup, and soak has none here (see `soak doctor`)"
+                    ))
+                }
+                (Some(m), Some(place)) => Some(
+                    place
+                        .create(
+                            &p.cgroup_name,
+                            crate::driver::cgroup::Limits {
+                                memory: Some(m),
+                                high: None,
+                                swap: Some(0),
+                            },
+                        )
+                        .map_err(|e| format!("services[{i}].memory: {e}"))?,
+                ),
+            };
+            let mut process = ProcessNode::new(p.spec.clone(), cgroup);
             let took = process
                 .start()
                 .await

@@ -55,7 +55,7 @@ impl CellResources {
         // A service that never gets ready stops the run before the node
         // starts: the environment's failure, named.
         let services = Arc::new(tokio::sync::Mutex::new(
-            Services::start(&plan.services)
+            Services::start(&plan.services, placement)
                 .await
                 .map_err(RunError::Environment)?,
         ));

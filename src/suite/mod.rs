@@ -151,6 +151,9 @@ pub struct ServiceSpec {
     pub ready: Ready,
     #[serde(default)]
     pub stop: StopSpec,
+    /// A memory limit of its own (a cgroup beside the node's, no swap);
+    /// without one a service has none of soak's.
+    pub memory: Option<Size>,
 }
 
 impl ServiceSpec {

@@ -332,6 +332,24 @@ fn a_services_process_that_got_away_from_a_killed_soak_is_found_by_cleanup() {
     });
 }
 
+/// A service with a memory limit of its own (`memory:`) is OOM-killed in
+/// its own cgroup when it outgrows it; the node beside it, under its own
+/// limit, counts no OOM kill and no restart, and nothing is left.
+#[test]
+fn a_service_outgrowing_its_own_limit_is_killed_apart_from_the_node() {
+    let run = soak_run("tests/suites/service-oom.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = run.cell();
+    assert_eq!((c.memory.oom_kills, c.restarts.len()), (0, 0));
+    let exited = c.services[0].exited.as_deref().unwrap_or_default();
+    assert!(
+        exited.contains("OOM-killed under its memory limit"),
+        "{:?}",
+        c.services
+    );
+    assert_nothing_left(&run);
+}
+
 /// A service that never gets ready stops the run before the node starts:
 /// exit 3, naming the service and the field to change, nothing left.
 #[test]
