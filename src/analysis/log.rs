@@ -40,35 +40,58 @@ const MAX_BYTES: u64 = 256 << 20;
 /// Longest line kept; the rest is cut with an ellipsis.
 const MAX_LINE: usize = 300;
 
-/// The first `max` distinct error lines of the log at `path`, each with
-/// how often it (or a line differing only in its numbers) came.
-pub fn error_lines(path: &Path, max: usize) -> Vec<LogLine> {
-    matching_lines(path, &ERROR, max)
+/// What a node's log says of its trouble, read in one pass: the first
+/// distinct error lines and the first distinct out-of-memory errors, each
+/// with how often it (or a line differing only in its numbers) came.
+#[derive(Debug, Default)]
+pub struct Said {
+    pub errors: Vec<LogLine>,
+    pub out_of_memory: Vec<LogLine>,
 }
 
-/// The node's out-of-memory errors in the log at `path`: the first `max`
-/// distinct ones, each with how often it came.
-pub fn out_of_memory_lines(path: &Path, max: usize) -> Vec<LogLine> {
-    matching_lines(path, &OUT_OF_MEMORY, max)
-}
-
-fn matching_lines(path: &Path, re: &Regex, max: usize) -> Vec<LogLine> {
+/// Reads the log at `path` once, keeping at most `max_errors` distinct
+/// error lines and `max_oom` distinct out-of-memory errors.
+pub fn read(path: &Path, max_errors: usize, max_oom: usize) -> Said {
     let Ok(f) = std::fs::File::open(path) else {
-        return vec![];
+        return Said::default();
     };
-    let mut out: Vec<(String, LogLine)> = vec![];
+    let mut errors = Distinct::new(max_errors);
+    let mut oom = Distinct::new(max_oom);
     let reader = BufReader::new(std::io::Read::take(f, MAX_BYTES));
     for line in reader.split(b'\n').map_while(Result::ok) {
         let line = String::from_utf8_lossy(&line);
         let line = line.trim();
-        if !re.is_match(line) {
-            continue;
+        if ERROR.is_match(line) {
+            errors.add(line);
         }
+        if OUT_OF_MEMORY.is_match(line) {
+            oom.add(line);
+        }
+    }
+    Said {
+        errors: errors.lines(),
+        out_of_memory: oom.lines(),
+    }
+}
+
+/// Lines distinct up to their numbers, the first `max` of them kept, each
+/// counted.
+struct Distinct {
+    max: usize,
+    seen: Vec<(String, LogLine)>,
+}
+
+impl Distinct {
+    fn new(max: usize) -> Distinct {
+        Distinct { max, seen: vec![] }
+    }
+
+    fn add(&mut self, line: &str) {
         let key = shape(line);
-        if let Some((_, seen)) = out.iter_mut().find(|(k, _)| *k == key) {
+        if let Some((_, seen)) = self.seen.iter_mut().find(|(k, _)| *k == key) {
             seen.count += 1;
-        } else if out.len() < max {
-            out.push((
+        } else if self.seen.len() < self.max {
+            self.seen.push((
                 key,
                 LogLine {
                     line: cut(line),
@@ -77,7 +100,10 @@ fn matching_lines(path: &Path, re: &Regex, max: usize) -> Vec<LogLine> {
             ));
         }
     }
-    out.into_iter().map(|(_, l)| l).collect()
+
+    fn lines(self) -> Vec<LogLine> {
+        self.seen.into_iter().map(|(_, l)| l).collect()
+    }
 }
 
 /// The line with every run of digits as one `#`: the same error at
@@ -124,13 +150,13 @@ mod tests {
              terrorize is not a word of ours\n",
         )
         .unwrap();
-        let lines = error_lines(&log, 8);
+        let lines = read(&log, 8, 0).errors;
         assert_eq!(lines.len(), 2, "{lines:?}");
         assert!(lines[0].line.ends_with("000073.sst"));
         assert_eq!(lines[0].count, 2);
         assert!(lines[1].line.contains("panicked"));
-        assert_eq!(error_lines(&log, 1).len(), 1);
-        assert!(error_lines(&dir.path().join("none.log"), 8).is_empty());
+        assert_eq!(read(&log, 1, 0).errors.len(), 1);
+        assert!(read(&dir.path().join("none.log"), 8, 8).errors.is_empty());
     }
 
     #[test]
@@ -148,13 +174,13 @@ mod tests {
              evicted 3 keys: maxmemory reached\n",
         )
         .unwrap();
-        let oom = out_of_memory_lines(&log, 8);
+        let oom = read(&log, 0, 8).out_of_memory;
         assert_eq!(oom.len(), 4, "{oom:?}");
         assert_eq!(oom[0].count, 2);
         assert!(oom[0].line.contains("Cannot reserve 4194304 bytes"));
         // The JVM's error reads as an error too, though no word of it is
         // "error" on its own.
-        assert!(error_lines(&log, 8)[0].line.contains("OutOfMemoryError"));
+        assert!(read(&log, 8, 0).errors[0].line.contains("OutOfMemoryError"));
     }
 
     #[test]
@@ -162,7 +188,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("node.log");
         std::fs::write(&log, format!("error: {}\n", "é".repeat(1000))).unwrap();
-        let l = &error_lines(&log, 8)[0];
+        let l = &read(&log, 8, 0).errors[0];
         assert_eq!(l.line.chars().count(), MAX_LINE + 1);
     }
 }

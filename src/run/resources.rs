@@ -136,6 +136,7 @@ impl CellResources {
         self.node.shutdown().await;
         let services = self.services.lock().await.stop().await;
         let faults = self.faults().record();
+        let said = crate::analysis::log::read(&plan.dir.join("node.log"), 8, 4);
         if let Some(mut d) = self.disk.take() {
             d.unmount();
         }
@@ -153,8 +154,8 @@ impl CellResources {
             cgroup,
             oom_kills,
             engine: self.engine.take(),
-            log_errors: crate::analysis::log::error_lines(&plan.dir.join("node.log"), 8),
-            oom_errors: crate::analysis::log::out_of_memory_lines(&plan.dir.join("node.log"), 4),
+            log_errors: said.errors,
+            oom_errors: said.out_of_memory,
             services,
         }
     }
