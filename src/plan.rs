@@ -276,17 +276,23 @@ fn node_env(
     allocator: Option<&AllocatorPlan>,
     run_id: &str,
 ) -> Result<Vec<(String, String)>, PlanError> {
-    let mut env: Vec<(String, String)> = suite
-        .node
-        .env
-        .iter()
-        .map(|(k, v)| Ok((k.clone(), r.one(&format!("node.env.{k}"), v)?)))
-        .collect::<Result<_, PlanError>>()?;
+    let mut env = rendered_env(r, "node", &suite.node.env)?;
     if let Some(a) = allocator {
         env.extend(a.profile.environment(a.library.as_deref()));
     }
     env.push(("SOAK_RUN_ID".into(), run_id.to_string()));
     Ok(env)
+}
+
+/// An `env:` map rendered, its errors at `{at}.env.NAME`.
+fn rendered_env(
+    r: &Renderer,
+    at: &str,
+    env: &BTreeMap<String, String>,
+) -> Result<Vec<(String, String)>, PlanError> {
+    env.iter()
+        .map(|(k, v)| Ok((k.clone(), r.one(&format!("{at}.env.{k}"), v)?)))
+        .collect()
 }
 
 /// Each service's ports and folder, as variables every template sees:
@@ -297,10 +303,6 @@ fn service_variables(
     dir: &Path,
     vars: &mut BTreeMap<String, String>,
 ) -> Result<(), PlanError> {
-    let taken: Vec<String> = ["PORT", "PORT2", "PORT3", "PORT4", "METRICS_PORT"]
-        .iter()
-        .filter_map(|k| vars.get(*k).cloned())
-        .collect();
     for (i, s) in suite.services.iter().enumerate() {
         let [port, port2, folder] = s.variables();
         let ports = loop {
@@ -311,9 +313,8 @@ fn service_variables(
             } else {
                 [7000 + 2 * i as u16, 7001 + 2 * i as u16]
             };
-            let used = |x: u16| {
-                taken.contains(&x.to_string()) || vars.values().any(|v| *v == x.to_string())
-            };
+            // Not one of the node's or an earlier service's.
+            let used = |x: u16| vars.values().any(|v| *v == x.to_string());
             if !p.iter().any(|x| used(*x)) || !ctx.real_ports {
                 break p;
             }
@@ -339,11 +340,7 @@ fn service_plans(
     let mut out = vec![];
     for (i, s) in suite.services.iter().enumerate() {
         let at = format!("services[{i}]");
-        let mut env: Vec<(String, String)> = s
-            .env
-            .iter()
-            .map(|(k, v)| Ok((k.clone(), r.one(&format!("{at}.env.{k}"), v)?)))
-            .collect::<Result<_, PlanError>>()?;
+        let mut env = rendered_env(r, &at, &s.env)?;
         env.push(("SOAK_RUN_ID".into(), run_id.to_string()));
         let log = format!("services/{}.log", s.name);
         out.push(crate::services::ServicePlan {
@@ -749,6 +746,7 @@ pub fn resolve(
         .first()
         .map_or(10.0, |g| g.warmup.0.as_secs_f64() * ctx.scale);
     let in_container = container.is_some();
+    let cgroup_name = format!("{}{}-{index}", crate::driver::cgroup::PREFIX, ctx.run_id);
     Ok(CellPlan {
         id: def.id.clone(),
         params: def.params_map(),
@@ -759,13 +757,7 @@ pub fn resolve(
         load: load_config(suite, &r, ctx.seed, &dir, &ctx.run_id)?,
         scrape,
         node,
-        services: service_plans(
-            suite,
-            &r,
-            &dir,
-            &ctx.run_id,
-            &format!("{}{}-{index}", crate::driver::cgroup::PREFIX, ctx.run_id),
-        )?,
+        services: service_plans(suite, &r, &dir, &ctx.run_id, &cgroup_name)?,
         allocator,
         limits: Limits {
             memory: suite.limits.memory.map(|s| s.0),
@@ -773,7 +765,7 @@ pub fn resolve(
             swap: suite.limits.swap.map(|s| s.0),
         },
         needs_cgroup: suite.limits.need_cgroup(),
-        cgroup_name: format!("{}{}-{index}", crate::driver::cgroup::PREFIX, ctx.run_id),
+        cgroup_name,
         interval: ctx.interval.unwrap_or(suite.telemetry.interval.0),
         warmup_s,
         seed: ctx.seed,

@@ -3,9 +3,9 @@
 //! node, each ready-probed, kept running through the node's kills and
 //! upgrades, and stopped after it in the reverse order.
 //!
-//! Each is a process group of its own (the process driver's, without a
-//! cgroup: never under the node's limit), labelled with the run as the
-//! node is, so that `soak cleanup` finds what a killed soak left, and dies
+//! Each is a process group of its own (the process driver's), never under
+//! the node's limit (in a cgroup of its own when it asks for a limit),
+//! labelled with the run as the node is, so that `soak cleanup` finds what a killed soak left, and dies
 //! with soak (its death signal). What a service did (started, killed by a
 //! `service` phase, exited on its own) is the cell's record, apart from
 //! the node's restarts: a broker's death is not the node's.
@@ -133,19 +133,15 @@ impl Services {
         Ok(out)
     }
 
-    /// Whether there are any.
-    pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
-    }
-
     /// A `service` phase: kill, stop, start or restart the service called
     /// `name`; says what was done.
     pub async fn act(&mut self, name: &str, action: ServiceAction) -> Result<String, String> {
-        let s = self
+        let i = self
             .list
-            .iter_mut()
-            .find(|s| s.record.name == name)
+            .iter()
+            .position(|s| s.record.name == name)
             .ok_or_else(|| format!("there is no service `{name}`"))?;
+        let s = &mut self.list[i];
         s.note_exit();
         let down = |s: &mut Service, r: Result<std::process::ExitStatus, _>| {
             s.down_by_soak = true;
@@ -172,12 +168,6 @@ impl Services {
                     "service `{name}` is already running: `- service: {{ name: {name}, action: restart }}` stops it first"
                 ));
             }
-            let i = self
-                .list
-                .iter()
-                .position(|o| o.record.name == name)
-                .unwrap_or(0);
-            let s = &mut self.list[i];
             let took = s
                 .process
                 .start()
