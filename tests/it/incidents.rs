@@ -382,22 +382,6 @@ fn build_jvm_node(script: &str) {
     assert!(built.success(), "{script} failed");
 }
 
-/// A suite of the repository with some of its text replaced (a smaller
-/// data set for a shortened run, another version's flags), written
-/// beside its schema-less copy in `dir`.
-fn variant(dir: &tempfile::TempDir, suite: &str, edits: &[(&str, &str)]) -> String {
-    let mut text = std::fs::read_to_string(common::soak::suite(suite)).unwrap();
-    for (from, to) in edits {
-        assert!(text.contains(from), "{suite} has no {from:?}");
-        text = text.replace(from, to);
-    }
-    let path = dir
-        .path()
-        .join(std::path::Path::new(suite).file_name().unwrap());
-    std::fs::write(&path, text).unwrap();
-    path.to_str().unwrap().to_string()
-}
-
 /// Teku's upgrade (seed 000) with half-compressible values: Snappy and LZ4
 /// each keep about half of the values' bytes; LZ4's files land beside the
 /// Snappy ones until a compaction rewrites them, and the disk-growth check

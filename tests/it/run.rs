@@ -298,16 +298,16 @@ fn a_service_beside_the_node_outlives_its_kills_and_is_not_counted_as_the_node()
 #[test]
 fn a_services_process_that_got_away_from_a_killed_soak_is_found_by_cleanup() {
     let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(common::soak::suite("tests/suites/service-beside.yaml"))
-        .unwrap()
-        .replace(
+    let suite = variant(
+        &dir,
+        "tests/suites/service-beside.yaml",
+        &[(
             "echo web started; exec python3",
             "setsid sleep 1000 & echo web started; exec python3",
-        );
-    let suite = dir.path().join("service-away.yaml");
-    std::fs::write(&suite, text).unwrap();
+        )],
+    );
     let out = dir.path().join("out");
-    let mut child = spawn_soak_run(suite.to_str().unwrap(), &out, std::process::Stdio::null());
+    let mut child = spawn_soak_run(&suite, &out, std::process::Stdio::null());
     let id = wait_until_ready(&out);
     child.kill().unwrap();
     child.wait().unwrap();
@@ -355,15 +355,15 @@ fn a_service_outgrowing_its_own_limit_is_killed_apart_from_the_node() {
 #[test]
 fn a_service_that_never_gets_ready_is_exit_3_naming_it() {
     let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(common::soak::suite("tests/suites/service-beside.yaml"))
-        .unwrap()
-        .replace(
+    let suite = variant(
+        &dir,
+        "tests/suites/service-beside.yaml",
+        &[(
             r#"ready: { http: "http://127.0.0.1:${WEB_PORT}/" }"#,
             r#"ready: { tcp: "127.0.0.1:${WEB_PORT2}", timeout: 1s }"#,
-        );
-    let suite = dir.path().join("never-ready-service.yaml");
-    std::fs::write(&suite, text).unwrap();
-    let run = soak_run(suite.to_str().unwrap(), &[]);
+        )],
+    );
+    let run = soak_run(&suite, &[]);
     assert_eq!(run.code(), 3, "{}", run.stderr());
     let err = run.stderr();
     assert!(

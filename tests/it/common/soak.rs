@@ -281,3 +281,19 @@ pub fn containers_of(id: &str) -> Vec<String> {
         _ => vec![],
     }
 }
+
+/// A suite of the repository with some of its text replaced (a smaller
+/// data set for a shortened run, another version's flags), written
+/// beside its schema-less copy in `dir`.
+pub fn variant(dir: &tempfile::TempDir, suite: &str, edits: &[(&str, &str)]) -> String {
+    let mut text = std::fs::read_to_string(self::suite(suite)).unwrap();
+    for (from, to) in edits {
+        assert!(text.contains(from), "{suite} has no {from:?}");
+        text = text.replace(from, to);
+    }
+    let path = dir
+        .path()
+        .join(std::path::Path::new(suite).file_name().unwrap());
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_string()
+}
