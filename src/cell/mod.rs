@@ -578,6 +578,7 @@ impl<'a, N: Node> Cell<'a, N> {
             &load.ledger,
             load.cfg.timeout,
             tails,
+            Some(self.node.exited()),
             |done, all| {
                 if done < all && last.elapsed() >= Duration::from_secs(1) {
                     last = Instant::now();

@@ -13,6 +13,9 @@ pub mod saved;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use futures::future::FutureExt;
+
+use crate::driver::Exited;
 pub use crate::model::Integrity;
 use crate::oracle::{Judge, Ledger};
 pub use crate::oracle::{ReadBack, Tails};
@@ -24,8 +27,11 @@ const PIPELINE: usize = 8;
 /// Times one batch is asked again after a read the node failed (an error
 /// answer, not a broken connection) before the read-back gives up.
 const RETRIES: u32 = 3;
-/// Client adapters that may exit during one read-back before it fails.
-const MAX_CLIENT_RESTARTS: usize = 20;
+/// How soon after the connection it closed a dying node is seen to exit.
+const DEATH_SHOWS_WITHIN: Duration = Duration::from_millis(250);
+/// Sessions that may end during one read-back (client adapters that
+/// exited, connections a live node closed) before it fails.
+const MAX_REOPENED: usize = 20;
 
 #[derive(Debug, thiserror::Error)]
 #[error("verification could not read from {target}: {reason}")]
@@ -55,8 +61,9 @@ struct Work {
     again: Vec<Batch>,
     /// The first failure that ends the read-back.
     failed: Option<SessionError>,
-    /// Client adapters that exited during it.
-    client_restarts: usize,
+    /// Sessions opened again during it: after a client adapter exited, or
+    /// a live node closed the connection.
+    reopened: usize,
 }
 
 /// Reads back every touched key through the node with `protocol`; after a
@@ -66,13 +73,18 @@ struct Work {
 /// A read the node fails (an error answer, not a broken connection) is
 /// asked again; a key the live node fails to read [`RETRIES`] times over
 /// is unreadable, judged corrupted (s3rver, killed while it wrote an
-/// object's metadata, answers 500 for that object ever after). A session
-/// that breaks fails the read-back: the node may have died under it.
+/// object's metadata, answers 500 for that object ever after). A
+/// connection the node closes is opened again and what was in flight asked
+/// again, as after a failed read: a live node may drop a connection it
+/// cannot allocate a reply for (Netty out of direct memory). A node that
+/// died under the read-back refuses the new connection, and one that does
+/// not answer within the timeout fails it; the caller finds out why.
 pub async fn online(
     protocol: &dyn Protocol,
     ledger: &Ledger,
     timeout: Duration,
     tails: Option<Tails>,
+    node_exited: Option<Exited>,
     progress: impl FnMut(usize, usize) + Send,
 ) -> Result<ReadBack, VerifyError> {
     let keys = Judge::keys(ledger);
@@ -84,12 +96,13 @@ pub async fn online(
         per_batch,
         depth,
         timeout: timeout.max(Duration::from_secs(10)),
+        exited: node_exited.map(FutureExt::shared),
         judge: Mutex::new((Judge::new(ledger, tails), progress, Instant::now())),
         work: Mutex::new(Work {
             next: 0,
             again: vec![],
             failed: None,
-            client_restarts: 0,
+            reopened: 0,
         }),
     };
     futures::future::join_all((0..sessions).map(|_| shared.session(protocol))).await;
@@ -128,6 +141,9 @@ struct Shared<'a, P> {
     per_batch: usize,
     depth: usize,
     timeout: Duration,
+    /// Resolves when the node exits: a closed connection is its death, not
+    /// a dropped request, when it does so soon after.
+    exited: Option<futures::future::Shared<Exited>>,
     judge: Mutex<(Judge<'a>, P, Instant)>,
     work: Mutex<Work>,
 }
@@ -153,6 +169,17 @@ impl<P: FnMut(usize, usize) + Send> Shared<'_, P> {
 
     fn fail(&self, e: SessionError) {
         self.work.lock().expect("work").failed.get_or_insert(e);
+    }
+
+    /// Whether the node exits within [`DEATH_SHOWS_WITHIN`] (at once if it
+    /// already has); never, where it is not watched (`soak verify`).
+    async fn died_soon(&self) -> bool {
+        match &self.exited {
+            Some(exited) => tokio::time::timeout(DEATH_SHOWS_WITHIN, exited.clone())
+                .await
+                .is_ok(),
+            None => false,
+        }
     }
 
     fn failed(&self) -> bool {
@@ -239,6 +266,7 @@ impl<P: FnMut(usize, usize) + Send> Shared<'_, P> {
                     .map_err(|_| SessionError::Broken(format!("no reply within {timeout:?}"))),
                 Err(e) => Err(e),
             };
+            let timed_out = waited.is_err();
             let mut retry: Vec<(Batch, String)> = vec![];
             let drained = waited.and_then(|()| {
                 s.drain(&mut |id, outcome| {
@@ -268,26 +296,43 @@ impl<P: FnMut(usize, usize) + Send> Shared<'_, P> {
             for (b, why) in retry {
                 self.again(b, &why);
             }
-            match drained {
-                Ok(()) => {}
-                // An adapter that exited: another one reads what it was
-                // asked (a few times over, not forever).
-                Err(SessionError::ClientExited(why)) => {
-                    session = None;
-                    let mut w = self.work.lock().expect("work");
-                    w.client_restarts += 1;
-                    if w.client_restarts > MAX_CLIENT_RESTARTS {
-                        w.failed.get_or_insert(SessionError::Fatal(format!(
-                            "{why}; {MAX_CLIENT_RESTARTS} adapters exited during one read-back"
-                        )));
-                        return;
-                    }
+            let ended = match drained {
+                Ok(()) => continue,
+                Err(e @ SessionError::ClientExited(_)) => e,
+                Err(e @ SessionError::Broken(_)) if !timed_out => e,
+                Err(e) => return self.fail(e),
+            };
+            // Another session reads what this one was asked (a few times
+            // over, not forever): after an adapter exited, as it was
+            // asked; after the node closed the connection, as after a
+            // failed read, so that a key that always breaks it ends
+            // unreadable. A dead node refuses the next connection.
+            session = None;
+            let fault = matches!(ended, SessionError::Broken(_));
+            if fault && self.died_soon().await {
+                return self.fail(ended);
+            }
+            {
+                let mut w = self.work.lock().expect("work");
+                w.reopened += 1;
+                if w.reopened > MAX_REOPENED {
+                    w.failed.get_or_insert(if fault {
+                        SessionError::Broken(format!(
+                            "{ended}; the node closed {MAX_REOPENED} connections during one read-back"
+                        ))
+                    } else {
+                        SessionError::Fatal(format!(
+                            "{ended}; {MAX_REOPENED} adapters exited during one read-back"
+                        ))
+                    });
+                    return;
+                }
+                if !fault {
                     w.again.extend(in_flight.drain().map(|(_, b)| b));
                 }
-                // A session that broke fails the read-back: the node may
-                // have died under it, which the caller finds out (and
-                // restarts it, and reads back again from the start).
-                Err(e) => return self.fail(e),
+            }
+            for (_, b) in in_flight.drain() {
+                self.again(b, &ended.to_string());
             }
         }
     }

@@ -2138,3 +2138,24 @@ fn a_node_that_stops_answering_while_alive_fails_its_cell_not_the_run() {
     assert!(d.contains("stopped answering while alive"), "{d}");
     assert!(d.contains("at its memory limit"), "{d}");
 }
+
+/// A live node that closes the connection instead of answering a read (as
+/// NettyKv does when it cannot reserve direct memory for a reply) has lost
+/// nothing: the read-back opens another connection, asks again what was in
+/// flight, and verifies every key. It used to fail the cell with "could
+/// not read ... Connection reset by peer".
+#[test]
+fn a_read_back_reconnects_when_a_live_node_closes_the_connection() {
+    require_tool("python3", "python3");
+    let run = soak_run("tests/suites/drops-reads.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = run.cell();
+    assert!(c.error.is_none(), "{:?}", c.error);
+    assert_eq!(c.integrity.verified, 2000, "{:?}", c.integrity);
+    let log = std::fs::read_to_string(run.report_dir.as_ref().unwrap().join(&c.files["node.log"]))
+        .unwrap();
+    assert!(
+        log.contains("memnode: dropped a connection on MGET"),
+        "the node dropped no read-back connection:\n{log}"
+    );
+}

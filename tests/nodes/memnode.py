@@ -27,7 +27,11 @@ FLUSHALL). Its memory does what it is told:
         its memory limit (its reads waiting on reclaim);
     memnode.py ... --leak-for S
         stops the leak after S seconds (a staircase that stops: a cache
-        filled in chunks).
+        filled in chunks);
+    memnode.py ... --drop-mget N
+        closes the connection instead of answering every Nth MGET, and
+        stays up: a node that cannot allocate a large reply and drops the
+        connection, as Netty does when it cannot reserve direct memory.
 These add up: the node holds their sum at every moment (to 64 KiB), so
 `--leak 20000 --sawtooth 4000000 --period 10` is a leak under a sawtooth.
 
@@ -249,6 +253,7 @@ class Split:
 
 STARTED = time.monotonic()
 HANG_AFTER = [0.0]
+DROP_MGET = [0, 0]  # every Nth MGET, and the MGETs so far
 
 
 def serve(conn, db, lock, journal):
@@ -266,6 +271,11 @@ def serve(conn, db, lock, journal):
                 # at its memory limit, its reads waiting on reclaim.
                 time.sleep(3600)
             with lock:
+                if DROP_MGET[0] and name == b"MGET":
+                    DROP_MGET[1] += 1
+                    if DROP_MGET[1] % DROP_MGET[0] == 0:
+                        print("memnode: dropped a connection on MGET %d" % DROP_MGET[1], flush=True)
+                        return
                 if name == b"PING":
                     out = b"+PONG\r\n"
                 elif name == b"SET":
@@ -317,8 +327,10 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fsync", choices=["never", "always", "split"], default="never")
     p.add_argument("--hang-after", type=float, default=0.0)
+    p.add_argument("--drop-mget", type=int, default=0)
     args = p.parse_args()
     HANG_AFTER[0] = args.hang_after
+    DROP_MGET[0] = args.drop_mget
     db, lock = {}, threading.Lock()
     if args.fsync == "split" and args.journal:
         journal = Split(args.journal)
