@@ -86,6 +86,7 @@ pub fn evaluate(c: &Checks, m: &Measured) -> Vec<CheckResult> {
         count("aborted_reads", aborted, m.integrity.aborted),
         count("oom_kills", c.oom_kills, m.memory.oom_kills),
         count("oom_errors", c.oom_errors, m.memory.oom_errors),
+        out_of_memory(c.out_of_memory, m),
         // Whatever the suite asked: a node that cannot start again, or
         // stopped answering, is a finding, as a refused upgrade is.
         finding("unrecovered", c.unrecovered, m.unrecovered.as_deref()),
@@ -132,6 +133,26 @@ pub fn evaluate(c: &Checks, m: &Measured) -> Vec<CheckResult> {
     }
     out.extend(m.upgrades.iter().filter_map(refused_upgrade));
     out
+}
+
+/// The node out of memory, however it showed: each OOM kill, each
+/// out-of-memory error in its log, and a stall at its limit (unresponsive
+/// with its cgroup's peak within 2% of the limit), with what each was.
+fn out_of_memory(check: Option<CountCheck>, m: &Measured) -> Option<CheckResult> {
+    let stalled = m.unresponsive.is_some()
+        && m.memory_limit
+            .is_some_and(|l| m.memory.peak_cgroup_bytes as f64 >= 0.98 * l as f64);
+    let (kills, errors) = (m.memory.oom_kills, m.memory.oom_errors);
+    let mut r = count("out_of_memory", check, kills + errors + u64::from(stalled))?;
+    r.detail = Some(format!(
+        "{kills} OOM kills, {errors} out-of-memory errors in its log, {}",
+        if stalled {
+            "stalled at its memory limit"
+        } else {
+            "no stall at its limit"
+        }
+    ));
+    Some(r)
 }
 
 /// A check of something that happened at most once, with why: judged
@@ -877,6 +898,40 @@ mod tests {
             unrecovered: None,
             unresponsive: None,
         }
+    }
+
+    /// Out of memory whichever way the kernel ended it: killed, or
+    /// stalled at its limit (cgroup v1 reclaiming instead of killing); a
+    /// stall well under the limit is not out of memory.
+    #[test]
+    fn out_of_memory_counts_kills_errors_and_a_stall_at_the_limit() {
+        let c = checks(r#"out_of_memory: ">= 1""#);
+        let i = Integrity::default();
+        let judge = |kills: u64, peak: u64, stalled: bool| {
+            let m = MemorySummary {
+                oom_kills: kills,
+                peak_cgroup_bytes: peak,
+                ..Default::default()
+            };
+            let r = evaluate(
+                &c,
+                &Measured {
+                    memory_limit: Some(512 << 20),
+                    unresponsive: stalled.then(|| "stopped answering".to_string()),
+                    ..nothing(&i, &m)
+                },
+            );
+            let r = r.into_iter().find(|r| r.name == "out_of_memory").unwrap();
+            (r.verdict, r.value.as_u64().unwrap(), r.detail.unwrap())
+        };
+        let (v, n, d) = judge(5, 400 << 20, false);
+        assert_eq!((v, n), (Verdict::Pass, 5), "{d}");
+        assert!(d.starts_with("5 OOM kills"), "{d}");
+        let (v, n, d) = judge(0, 512 << 20, true);
+        assert_eq!((v, n), (Verdict::Pass, 1), "{d}");
+        assert!(d.ends_with("stalled at its memory limit"), "{d}");
+        let (v, n, _) = judge(0, 300 << 20, true);
+        assert_eq!((v, n), (Verdict::Fail, 0));
     }
 
     fn window(start: f64, p99_ms: u64, ops_per_s: f64) -> WindowLoad {

@@ -39,6 +39,11 @@ pub const MAX_UNEXPECTED_RESTARTS: usize = 50;
 /// How long a failed read-back waits for the node's death to show before
 /// it counts as the read-back's own failure.
 const DEATH_SHOWS_WITHIN: Duration = Duration::from_secs(2);
+/// Read-backs in a row the node may die under before the cell ends: a node
+/// killed by every read of its data (glibc's arenas under a JVM's reads of
+/// RocksDB, the seed's Teku) cannot be judged, and restarting it for the
+/// crash-loop limit's fifty deaths only takes time.
+pub const MAX_READBACK_DEATHS: usize = 5;
 
 /// Why a cell stopped early.
 #[derive(Debug, thiserror::Error)]
@@ -143,6 +148,9 @@ pub struct Cell<'a, N: Node> {
     down: Option<Down>,
     /// What reads during the load had found when the last restart began.
     reads_mark: Integrity,
+    /// Read-backs in a row the node died under (a read-back that ends
+    /// sets it back to 0).
+    readback_deaths: usize,
     phase_counter: u64,
     /// How deep in `repeat`s the phase running is (0: the suite's own).
     nesting: u32,
@@ -172,6 +180,7 @@ impl<'a, N: Node> Cell<'a, N> {
             version: BASE_VERSION.into(),
             down: None,
             reads_mark: Integrity::default(),
+            readback_deaths: 0,
             phase_counter: 0,
             nesting: 0,
             saved_at: Instant::now(),
@@ -306,6 +315,7 @@ impl<'a, N: Node> Cell<'a, N> {
                 .flatten();
             match self.read_back_once(tails).await {
                 Ok(found) => {
+                    self.readback_deaths = 0;
                     self.bus.emit(Event::ReadBack {
                         oracle: Oracle::ReadBack,
                         restart: Some(n),
@@ -326,10 +336,36 @@ impl<'a, N: Node> Cell<'a, N> {
                         error: e.to_string(),
                     });
                     self.note_death()?;
+                    self.died_reading()?;
                 }
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+
+    /// The node died under a read-back (its death already noted): the
+    /// [`MAX_READBACK_DEATHS`]th in a row ends the cell, as a node that
+    /// does not start again does: it never came back to be judged.
+    fn died_reading(&mut self) -> Result<(), CellError> {
+        self.readback_deaths += 1;
+        if self.readback_deaths < MAX_READBACK_DEATHS {
+            return Ok(());
+        }
+        let down = self.down.clone().expect("a death just noted");
+        let error = format!(
+            "it started, and died under {} read-backs in a row (the last: {}): what it holds could not be read",
+            self.readback_deaths, down.exit
+        );
+        self.bus.emit(Event::NotRecovered {
+            after: down.cause,
+            down_at_s: down.at_s,
+            error: error.clone(),
+        });
+        Err(CellError::NotRecovered {
+            after: down.cause,
+            at_s: down.at_s,
+            error,
+        })
     }
 
     /// The node was OOM-killed before it got ready again after `down`: a
@@ -547,11 +583,15 @@ impl<'a, N: Node> Cell<'a, N> {
                     self.bus.emit(Event::ReadBackRetry {
                         error: e.to_string(),
                     });
-                    self.supervise().await?;
+                    if self.note_death()? {
+                        self.died_reading()?;
+                        self.start().await?;
+                    }
                 }
                 Err(e) => return Err(e.into()),
             }
         };
+        self.readback_deaths = 0;
         self.bus.emit(Event::ReadBack {
             oracle: Oracle::Verify,
             restart: None,

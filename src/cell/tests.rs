@@ -591,3 +591,68 @@ async fn an_oom_kill_during_a_read_back_is_a_restart_and_the_read_back_starts_ag
     let i = r.bus.recorder.integrity;
     assert_eq!((i.verified, i.lost, i.corrupted), (4000, 0, 0), "{i:?}");
 }
+
+/// A node OOM-killed by every read of its data (glibc's arenas under a
+/// JVM's reads of RocksDB, the seed's Teku): each death under a read-back
+/// is a restart, and the fifth in a row ends the cell as a node that did
+/// not come back to be judged, not after the crash loop's fifty.
+#[tokio::test]
+async fn a_node_killed_by_every_read_back_ends_the_cell_after_five() {
+    use tokio::io::AsyncReadExt;
+    let die = Arc::new(tokio::sync::Notify::new());
+    let told = die.clone();
+    let node = FakeNode::new(move |_, _| Life::DiesWhen(told.clone(), Death::Oom));
+    let mut load = crate::workload::Load::new(crate::workload::LoadConfig {
+        protocol: crate::protocol::Spec::Resp(crate::protocol::resp::Spec {
+            target: String::new(),
+        }),
+        keys: 500,
+        value_size: (16, 64),
+        compressibility: None,
+        set: 1.0,
+        get: 0.0,
+        del: 0.0,
+        mget: 0.0,
+        mget_keys: 1,
+        rate: Some(1.0),
+        pipeline: 1,
+        connections: 1,
+        timeout: Duration::from_secs(5),
+        seed: 3,
+        distribution: crate::workload::dist::Distribution::Uniform,
+    });
+    let ledger = load.ledger.clone();
+    for k in 0..500 {
+        let v = ledger.next_set_version(k);
+        ledger.ack(k, v);
+    }
+    // Every read-back's one request kills the node, which drops it.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let target = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let _ = s.read(&mut [0u8; 65536]).await;
+            die.notify_one();
+        }
+    });
+    let r = run_with(node, "[verify, run: 1s]", None, Some(&mut load), target).await;
+    let Err(CellError::NotRecovered { after, error, .. }) = &r.result else {
+        panic!("{:?}", r.result);
+    };
+    assert_eq!(*after, Cause::Oom);
+    assert!(
+        error.contains(&format!(
+            "died under {MAX_READBACK_DEATHS} read-backs in a row"
+        )),
+        "{error}"
+    );
+    // The verify's read-back and four after restarts, each a death.
+    assert_eq!(r.calls.lock().unwrap().starts.len(), MAX_READBACK_DEATHS);
+    assert_eq!(
+        r.seen.count("oom-killed"),
+        MAX_READBACK_DEATHS,
+        "{:?}",
+        r.seen.0
+    );
+    assert_eq!(r.seen.count("not-recovered"), 1, "{:?}", r.seen.0);
+}

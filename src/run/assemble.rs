@@ -152,6 +152,7 @@ fn expectation(expect: &crate::suite::Checks, results: &[CheckResult]) -> Expect
         incident: [
             expect.oom_kills,
             expect.oom_errors,
+            expect.out_of_memory,
             expect.crashes,
             expect.lost_writes,
             expect.corrupted_writes,

@@ -329,9 +329,17 @@ pub struct Checks {
     /// direct buffer memory`, Rust's "memory allocation of N bytes
     /// failed"): lines of node.log that say so.
     pub oom_errors: Option<CountCheck>,
+    /// The node ran out of memory, however it showed: OOM kills, its own
+    /// out-of-memory errors, and a stall at its memory limit (unresponsive
+    /// while its cgroup was at the limit: a kernel reclaiming its page
+    /// cache instead of killing it, as cgroup v1 often does). A
+    /// reproduction's `expect: { out_of_memory: ">= 1" }` holds whichever
+    /// way the kernel ends it.
+    pub out_of_memory: Option<CountCheck>,
     /// Restarts after which the node never got ready again (a data
-    /// directory it will not start from after a power cut): the cell ends
-    /// there. Without it, one such restart fails the cell; `1` expects it.
+    /// directory it will not start from after a power cut), or died under
+    /// five read-backs in a row (a node killed by every read of its data):
+    /// the cell ends there. Without it, one such restart fails the cell; `1` expects it.
     pub unrecovered: Option<CountCheck>,
     /// Read-backs the node, alive, did not answer (a node stalled at its
     /// memory limit while the kernel reclaims instead of killing): the
@@ -543,6 +551,7 @@ impl Checks {
             aborted_reads: over.aborted_reads.or(self.aborted_reads),
             oom_kills: over.oom_kills.or(self.oom_kills),
             oom_errors: over.oom_errors.or(self.oom_errors),
+            out_of_memory: over.out_of_memory.or(self.out_of_memory),
             unrecovered: over.unrecovered.or(self.unrecovered),
             unresponsive: over.unresponsive.or(self.unresponsive),
             crashes: over.crashes.or(self.crashes),
@@ -582,6 +591,7 @@ impl Checks {
             ("aborted_reads", self.aborted_reads.is_some()),
             ("oom_kills", self.oom_kills.is_some()),
             ("oom_errors", self.oom_errors.is_some()),
+            ("out_of_memory", self.out_of_memory.is_some()),
             ("unrecovered", self.unrecovered.is_some()),
             ("unresponsive", self.unresponsive.is_some()),
             ("crashes", self.crashes.is_some()),
