@@ -41,6 +41,8 @@ pub struct RunContext {
     pub find_libraries: bool,
     /// `--docker-host`, for container nodes.
     pub docker_host: Option<String>,
+    /// `--kubeconfig` / `--kubernetes`: image nodes run as Pods there.
+    pub kubernetes: Option<crate::driver::kubernetes::KubePlan>,
     /// The suite's name, for the containers' labels.
     pub suite_name: String,
 }
@@ -64,6 +66,7 @@ impl RunContext {
             real_ports: false,
             find_libraries: false,
             docker_host: None,
+            kubernetes: None,
             suite_name: String::new(),
         }
     }
@@ -696,6 +699,7 @@ fn container_plan(
         ),
         memory: suite.limits.memory.map(|s| s.0),
         swap: suite.limits.swap.map(|s| s.0),
+        kubernetes: ctx.kubernetes.clone(),
     }
 }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::docker::container::ContainerNode;
+use super::kubernetes::PodNode;
 use super::process::ProcessNode;
 use super::{Death, DriverError, Exit, Exited, Launch, Node};
 
@@ -13,11 +14,12 @@ use super::{Death, DriverError, Exit, Exited, Launch, Node};
 pub enum AnyNode {
     Process(ProcessNode),
     Container(ContainerNode),
+    Pod(PodNode),
 }
 
 impl AnyNode {
-    /// The driver a plan asks for: a container on the engine its plan
-    /// names (connected first: an engine that does not answer is the
+    /// The driver a plan asks for: a Pod on the cluster its plan names, a
+    /// container on the engine its plan names (connected first: an engine that does not answer is the
     /// environment's fault, found before anything starts), else a process
     /// group in `cgroup`. The one place that knows every driver.
     pub async fn open(
@@ -26,6 +28,13 @@ impl AnyNode {
         cgroup: Option<super::cgroup::Cgroup>,
     ) -> Result<AnyNode, DriverError> {
         Ok(match container {
+            Some(c) if c.kubernetes.is_some() => {
+                let k = c.kubernetes.clone().expect("matched");
+                let client = super::kubernetes::connect(&k)
+                    .await
+                    .map_err(DriverError::Engine)?;
+                AnyNode::Pod(PodNode::new(spec, c, k, client))
+            }
             Some(c) => {
                 let engine = super::docker::engine::connect(c.host.as_deref())
                     .await
@@ -43,6 +52,7 @@ macro_rules! each {
         match $self {
             AnyNode::Process($n) => $e,
             AnyNode::Container($n) => $e,
+            AnyNode::Pod($n) => $e,
         }
     };
 }

@@ -1,12 +1,14 @@
 //! Drivers run a node's life: start, readiness, signals, stop, and where its
 //! memory can be read, behind one trait, [`Node`], that the engine drives.
 //! `process` runs a local process tree in a cgroup; `docker` runs it as a
-//! container on a local or remote Docker engine.
+//! container on a local or remote Docker engine; `kubernetes` as a Pod on a
+//! cluster.
 
 pub mod allocator;
 pub mod any;
 pub mod cgroup;
 pub mod docker;
+pub mod kubernetes;
 pub mod process;
 
 use std::future::Future;

@@ -77,6 +77,18 @@ pub struct RunOptions {
     /// `ssh://USER@HOST`); default `DOCKER_HOST`, else the local socket.
     #[arg(long, value_name = "URL")]
     pub docker_host: Option<String>,
+    /// Run image nodes as Pods on the Kubernetes cluster this kubeconfig
+    /// names (instead of a Docker engine).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Run image nodes as Pods on the cluster `KUBECONFIG`,
+    /// `~/.kube/config` or the in-cluster service account names.
+    #[arg(long)]
+    pub kubernetes: bool,
+    /// The namespace of the Pods and claims (with --kubeconfig or
+    /// --kubernetes).
+    #[arg(long, value_name = "NS", default_value = "default")]
+    pub namespace: String,
     /// Run each cell N times (instead of the suite's `repeat:`): the report
     /// gives each figure's median and spread over the N runs.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
@@ -345,6 +357,12 @@ fn run_context(
         real_ports: true,
         find_libraries: true,
         docker_host: opts.docker_host.clone(),
+        kubernetes: (opts.kubernetes || opts.kubeconfig.is_some()).then(|| {
+            crate::driver::kubernetes::KubePlan {
+                kubeconfig: opts.kubeconfig.clone(),
+                namespace: opts.namespace.clone(),
+            }
+        }),
         suite_name: suite.name.clone(),
     })
 }

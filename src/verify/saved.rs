@@ -58,6 +58,10 @@ pub struct SavedContainer {
     pub memory: Option<u64>,
     #[serde(default)]
     pub swap: Option<u64>,
+    /// The cluster it ran on as a Pod: its kubeconfig (none: inferred)
+    /// and namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<(Option<PathBuf>, String)>,
 }
 
 impl SavedNode {
@@ -100,6 +104,10 @@ impl SavedNode {
             user: plan.user.clone(),
             memory: plan.memory,
             swap: plan.swap,
+            kubernetes: plan
+                .kubernetes
+                .as_ref()
+                .map(|k| (k.kubeconfig.clone(), k.namespace.clone())),
         });
         self
     }
@@ -205,6 +213,12 @@ pub async fn reverify(dir: &Path, target: Option<String>) -> Result<Reverified, 
                 user: c.user.clone(),
                 memory: c.memory,
                 swap: c.swap,
+                kubernetes: c.kubernetes.as_ref().map(|(kubeconfig, namespace)| {
+                    crate::driver::kubernetes::KubePlan {
+                        kubeconfig: kubeconfig.clone(),
+                        namespace: namespace.clone(),
+                    }
+                }),
             });
             let mut node = AnyNode::open(spec, container, None)
                 .await

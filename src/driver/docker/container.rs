@@ -51,6 +51,8 @@ pub struct ContainerPlan {
     /// `limits.swap`: swap allowed beyond the memory limit (none if not
     /// given).
     pub swap: Option<u64>,
+    /// A Kubernetes cluster to run it on as a Pod, instead of an engine.
+    pub kubernetes: Option<crate::driver::kubernetes::KubePlan>,
 }
 
 /// How an incarnation ended, as the engine says it.
