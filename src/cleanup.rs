@@ -185,6 +185,53 @@ fn containers_now(
     })
 }
 
+/// The Pods, claims and volumes of dead runs on the cluster `kube`
+/// names, made from this machine (a run elsewhere may be alive: its lock
+/// is not here), as (what, run); an error when the cluster cannot be
+/// asked.
+pub fn kubernetes(
+    run: Option<&str>,
+    force: bool,
+    kube: &crate::driver::kubernetes::KubePlan,
+) -> Result<Vec<(String, String)>, String> {
+    use crate::driver::kubernetes as k;
+    let alive = |r: &str| !force && is_alive(r);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            rt.block_on(async {
+                let client = k::connect(kube).await?;
+                let here = crate::driver::docker::container::machine();
+                let mut out = vec![];
+                let mut failed = None;
+                // Pods first: a claim in use is not deleted until they go.
+                for o in k::labelled(&client, &kube.namespace).await? {
+                    if run.is_none_or(|r| r == o.run)
+                        && (o.machine == k::label_value(&here) || force)
+                        && !alive(&o.run)
+                    {
+                        match k::remove(&client, &kube.namespace, &o).await {
+                            Ok(()) => out.push((format!("{} {}", o.kind, o.name), o.run)),
+                            Err(e) => {
+                                failed.get_or_insert(format!("{} {}: {e}", o.kind, o.name));
+                            }
+                        }
+                    }
+                }
+                match failed {
+                    Some(e) => Err(e),
+                    None => Ok(out),
+                }
+            })
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the Kubernetes cleanup panicked".to_string()))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

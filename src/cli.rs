@@ -84,6 +84,17 @@ enum Command {
         /// --docker-host`); else DOCKER_HOST, else the local one.
         #[arg(long, value_name = "URL")]
         docker_host: Option<String>,
+        /// Also the Pods, claims and volumes of dead runs on the cluster
+        /// this kubeconfig names.
+        #[arg(long, value_name = "FILE")]
+        kubeconfig: Option<PathBuf>,
+        /// Also those on the cluster KUBECONFIG, ~/.kube/config or the
+        /// in-cluster service account names.
+        #[arg(long)]
+        kubernetes: bool,
+        /// The namespace of the Pods and claims.
+        #[arg(long, value_name = "NS", default_value = "default")]
+        namespace: String,
     },
 }
 
@@ -200,7 +211,18 @@ pub fn main() -> i32 {
             run,
             force,
             docker_host,
-        } => cleanup_command(run, force, docker_host),
+            kubeconfig,
+            kubernetes,
+            namespace,
+        } => {
+            let kube = (kubernetes || kubeconfig.is_some()).then_some(
+                crate::driver::kubernetes::KubePlan {
+                    kubeconfig,
+                    namespace,
+                },
+            );
+            cleanup_command(run, force, docker_host, kube)
+        }
         Command::Run(opts) => run_command(opts),
         Command::Doctor { out } => crate::doctor::doctor(&out),
         Command::Verify { cell, target } => verify_command(&cell, target),
@@ -282,8 +304,23 @@ fn validate_command(suites: Vec<std::path::PathBuf>) -> i32 {
 }
 
 /// `soak cleanup`: what it removed, a line each.
-fn cleanup_command(run: Option<String>, force: bool, docker_host: Option<String>) -> i32 {
+fn cleanup_command(
+    run: Option<String>,
+    force: bool,
+    docker_host: Option<String>,
+    kube: Option<crate::driver::kubernetes::KubePlan>,
+) -> i32 {
     let cleaned = crate::cleanup::cleanup(run.as_deref(), force, docker_host.as_deref());
+    let (objects, objects_unchecked) = match &kube {
+        Some(k) => match crate::cleanup::kubernetes(run.as_deref(), force, k) {
+            Ok(o) => (o, None),
+            Err(e) => (vec![], Some(e)),
+        },
+        None => (vec![], None),
+    };
+    for (what, run) in &objects {
+        println!("removed {what} (run {run})");
+    }
     for (pid, label) in &cleaned.processes {
         println!("killed process {pid} (run {label})");
     }
@@ -300,11 +337,15 @@ fn cleanup_command(run: Option<String>, force: bool, docker_host: Option<String>
         && cleaned.cgroups.is_empty()
         && cleaned.mounts.is_empty()
         && cleaned.containers.is_empty()
+        && objects.is_empty()
     {
         println!("nothing to clean up");
     }
     if let Some(why) = &cleaned.containers_unchecked {
         println!("containers not checked: {why}");
+    }
+    if let Some(why) = &objects_unchecked {
+        println!("Kubernetes objects not checked: {why}");
     }
     exit::PASS
 }
@@ -441,7 +482,7 @@ fn run_command(opts: RunOptions) -> i32 {
         return exit::ENVIRONMENT;
     };
     rt.block_on(async move {
-        let rx = crate::signal::interrupts(opts.docker_host.clone());
+        let rx = crate::signal::interrupts(opts.docker_host.clone(), opts.kube_plan());
         let progress = crate::progress::Progress::new(
             opts.progress.unwrap_or_else(crate::progress::Mode::detect),
             opts.quiet,

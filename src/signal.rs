@@ -6,8 +6,12 @@ use tokio::sync::watch;
 
 /// Listens for SIGINT and SIGTERM for the rest of the process's life; the
 /// receiver turns true at the first. The second cleans up the run,
-/// containers on `docker_host` (the run's engine) included.
-pub fn interrupts(docker_host: Option<String>) -> watch::Receiver<bool> {
+/// containers on `docker_host` (the run's engine) and Pods on `kube` (its
+/// cluster) included.
+pub fn interrupts(
+    docker_host: Option<String>,
+    kube: Option<crate::driver::kubernetes::KubePlan>,
+) -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};
@@ -30,6 +34,9 @@ pub fn interrupts(docker_host: Option<String>) -> watch::Receiver<bool> {
                 eprintln!("soak: killing this run's nodes and leaving");
                 if let Some(id) = crate::lock::current_run_id() {
                     crate::cleanup::cleanup(Some(&id), true, docker_host.as_deref());
+                    if let Some(k) = &kube {
+                        let _ = crate::cleanup::kubernetes(Some(&id), true, k);
+                    }
                 }
                 std::process::exit(crate::exit::INTERRUPTED);
             }

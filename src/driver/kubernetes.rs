@@ -32,10 +32,10 @@ use std::time::{Duration, Instant};
 
 use futures::{AsyncBufReadExt, StreamExt};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, EnvVar, HostPathVolumeSource, ObjectReference,
-    PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimVolumeSource, PersistentVolumeSpec, Pod, PodSecurityContext, PodSpec,
-    ResourceRequirements, Volume, VolumeMount, VolumeResourceRequirements,
+    Container, ContainerState, EnvVar, HostPathVolumeSource, ObjectReference, PersistentVolume,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource,
+    PersistentVolumeSpec, Pod, PodSecurityContext, PodSpec, ResourceRequirements, Volume,
+    VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -720,7 +720,9 @@ impl Node for PodNode {
         let id = self.runtime_id()?;
         if let Err(e) = runtime::signal(&id, sig).await {
             if self.wait_end(Duration::from_secs(1)).await.is_none() {
-                return Err(DriverError::Io(format!("signalling the Pod's process: {e}")));
+                return Err(DriverError::Io(format!(
+                    "signalling the Pod's process: {e}"
+                )));
             }
         }
         let mut end = self.wait_end(Duration::from_secs(15)).await;
@@ -864,7 +866,14 @@ pub async fn labelled(client: &kube::Client, namespace: &str) -> Result<Vec<Labe
     };
     let mut out = vec![];
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    out.extend(pods.list(&lp).await.map_err(err)?.items.iter().map(|p| of("pod", &p.metadata)));
+    out.extend(
+        pods.list(&lp)
+            .await
+            .map_err(err)?
+            .items
+            .iter()
+            .map(|p| of("pod", &p.metadata)),
+    );
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
     out.extend(
         claims
@@ -899,10 +908,12 @@ pub async fn remove(client: &kube::Client, namespace: &str, l: &Labelled) -> Res
             .delete(&l.name, &dp)
             .await
             .map(|_| ()),
-        "persistentvolumeclaim" => Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace)
-            .delete(&l.name, &dp)
-            .await
-            .map(|_| ()),
+        "persistentvolumeclaim" => {
+            Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace)
+                .delete(&l.name, &dp)
+                .await
+                .map(|_| ())
+        }
         _ => Api::<PersistentVolume>::all(client.clone())
             .delete(&l.name, &dp)
             .await
@@ -921,7 +932,10 @@ mod tests {
 
     #[test]
     fn a_cells_id_becomes_a_label_value_kubernetes_accepts() {
-        assert_eq!(label_value("allocator=glibc,cache=256MiB"), "allocator_glibc_cache_256MiB");
+        assert_eq!(
+            label_value("allocator=glibc,cache=256MiB"),
+            "allocator_glibc_cache_256MiB"
+        );
         assert_eq!(label_value("default"), "default");
         assert_eq!(label_value("-x-"), "x");
         assert_eq!(label_value(&"a".repeat(80)).len(), 63);

@@ -95,6 +95,18 @@ pub struct RunOptions {
     pub repeat: Option<u32>,
 }
 
+impl RunOptions {
+    /// The cluster image nodes run on, if the command line names one.
+    pub fn kube_plan(&self) -> Option<crate::driver::kubernetes::KubePlan> {
+        (self.kubernetes || self.kubeconfig.is_some()).then(|| {
+            crate::driver::kubernetes::KubePlan {
+                kubeconfig: self.kubeconfig.clone(),
+                namespace: self.namespace.clone(),
+            }
+        })
+    }
+}
+
 /// A run that could not produce a verdict.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -357,12 +369,7 @@ fn run_context(
         real_ports: true,
         find_libraries: true,
         docker_host: opts.docker_host.clone(),
-        kubernetes: (opts.kubernetes || opts.kubeconfig.is_some()).then(|| {
-            crate::driver::kubernetes::KubePlan {
-                kubeconfig: opts.kubeconfig.clone(),
-                namespace: opts.namespace.clone(),
-            }
-        }),
+        kubernetes: opts.kube_plan(),
         suite_name: suite.name.clone(),
     })
 }

@@ -11,6 +11,7 @@ mod cgroup_v2_vm;
 mod charts;
 mod docker;
 mod incidents;
+mod kubernetes;
 mod ledger;
 mod malformed_suites;
 mod node;

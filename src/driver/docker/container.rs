@@ -595,7 +595,8 @@ pub struct Labelled {
     pub machine: String,
 }
 
-/// Every container of soak on the engine.
+/// Every container of soak on the engine, but a kubelet's (a Pod's labels
+/// are its sandbox's: the cluster collects them once its Pod is deleted).
 pub async fn labelled(docker: &bollard::Docker) -> Result<Vec<Labelled>, String> {
     let filters: HashMap<String, Vec<String>> =
         [("label".to_string(), vec![LABEL_RUN.to_string()])].into();
@@ -609,6 +610,11 @@ pub async fn labelled(docker: &bollard::Docker) -> Result<Vec<Labelled>, String>
         .map_err(|e| crate::net::error_chain(&e))?;
     Ok(list
         .into_iter()
+        .filter(|c| {
+            !c.labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key("io.kubernetes.pod.name"))
+        })
         .map(|c| {
             let label = |k: &str| {
                 c.labels

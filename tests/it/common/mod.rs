@@ -246,3 +246,51 @@ pub fn require_docker_images() {
         panic!("{e}");
     }
 }
+
+/// The test cluster (scripts/kube: a real API server, controller manager,
+/// scheduler and kubelet on the Docker engine, built once and cached under
+/// ~/.cache/soak/kubernetes), started if it is not running; its
+/// kubeconfig's path. The images of `containers/` are built first.
+#[allow(dead_code)]
+pub fn kube_cluster() -> String {
+    require_docker_images();
+    static STARTED: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
+    let started = STARTED.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out = Command::new(root.join("scripts/kube"))
+            .arg("start")
+            .output()
+            .map_err(|e| format!("scripts/kube: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "scripts/kube start failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        Ok(stdout.lines().last().unwrap_or_default().trim().to_string())
+    });
+    match started {
+        Ok(k) => k.clone(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// `kubectl` of the test cluster's build, with its kubeconfig.
+#[allow(dead_code)]
+pub fn kubectl(args: &[&str]) -> String {
+    let kubeconfig = kube_cluster();
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let out = Command::new(format!("{home}/.cache/soak/kubernetes/1.20.2/bin/kubectl"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(args)
+        .output()
+        .expect("the test cluster's kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

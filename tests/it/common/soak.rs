@@ -268,15 +268,21 @@ pub fn assert_nothing_left(run: &Run) {
 }
 
 /// The containers labelled with run `id`, as the docker CLI (a client soak
-/// did not write) lists them; none where no engine answers.
+/// did not write) lists them; none where no engine answers. A kubelet's
+/// containers (a Pod's labels are its sandbox's) are the cluster's to
+/// collect once soak deleted the Pod: its Pods are checked in the cluster.
 pub fn containers_of(id: &str) -> Vec<String> {
     let out = Command::new("docker")
-        .args(["ps", "-aq", "--filter", &format!("label=soak.run={id}")])
+        .args(["ps", "-a", "--filter", &format!("label=soak.run={id}")])
+        .args(["--format", "{{.ID}} {{.Label \"io.kubernetes.pod.name\"}}"])
         .output();
     match out {
         Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
-            .split_whitespace()
-            .map(str::to_string)
+            .lines()
+            .filter_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+                [id] => Some(id.to_string()),
+                _ => None,
+            })
             .collect(),
         _ => vec![],
     }
