@@ -201,8 +201,13 @@ fn stuck(pod: &Pod) -> Option<String> {
                 "CreateContainerError",
             ];
             if FATAL.contains(&reason) {
+                let fix = if reason.contains("Image") {
+                    "; build the image on the node's runtime (containers/build) or push it to a registry the cluster pulls from"
+                } else {
+                    ""
+                };
                 return Some(format!(
-                    "{reason}: {}",
+                    "{reason}: {}{fix}",
                     w.message.as_deref().unwrap_or("no message")
                 ));
             }

@@ -136,3 +136,136 @@ fn an_unreachable_cluster_is_an_environment_error_that_names_it() {
         "{err}"
     );
 }
+
+/// The upgrade as an image swap on the same claim: RocksDB 7.8's image
+/// writes, soak-node's (11.8) reads every write back in a new Pod on the
+/// same data, and the 7.8 image refuses what 11.8 wrote.
+#[test]
+fn an_image_swap_on_the_same_claim_is_verified_and_the_old_image_refuses_it() {
+    let kubeconfig = kube_cluster();
+    common::require_tool("redis-cli", "redis-tools");
+    let run = soak_run(
+        "tests/suites/cross-version-container.yaml",
+        &["--kubeconfig", &kubeconfig],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = run.cell();
+    let ups = &c.upgrades;
+    assert_eq!(ups[0].to, "rocksdb-11.8");
+    assert_eq!(ups[0].outcome, soak::model::SwapOutcome::Verified);
+    let read = ups[0].integrity.unwrap();
+    assert_eq!(read.lost, 0);
+    assert!(read.verified >= 3000, "{read:?}");
+    assert_eq!(ups[1].outcome, soak::model::SwapOutcome::Refused);
+    // Read offline from the claim's folder at the end.
+    let last = &c.offline[1].inspection;
+    assert_eq!(last.integrity.unwrap().lost, 0);
+}
+
+/// An image the node cannot pull: the cell errors with the kubelet's own
+/// words and the fix, and nothing is left.
+#[test]
+fn an_image_the_cluster_cannot_pull_is_an_error_in_the_kubelets_words() {
+    let kubeconfig = kube_cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let suite = variant(
+        &dir,
+        "suites/smoke-container.yaml",
+        &[("image: soak-node:local", "image: soak-nosuch:local")],
+    );
+    let run = soak_run(&suite, &["--kubeconfig", &kubeconfig]);
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    let err = run.stderr();
+    assert!(
+        err.contains("cannot start its container: ErrImagePull"),
+        "{err}"
+    );
+    assert!(err.contains("containers/build"), "{err}");
+    let id = run_id(run.report_dir.as_ref().unwrap());
+    assert!(objects_of(&id).is_empty(), "{:?}", objects_of(&id));
+}
+
+/// A user the cluster's RBAC gives nothing: exit 3 before anything
+/// starts, in the API server's words, with what to grant.
+#[test]
+fn a_namespace_soak_may_not_use_is_an_environment_error_with_the_fix() {
+    let kubeconfig = kube_cluster();
+    let pki = std::path::Path::new(&kubeconfig)
+        .parent()
+        .unwrap()
+        .join("pki");
+    let dir = tempfile::tempdir().unwrap();
+    let (key, crt) = (dir.path().join("u.key"), dir.path().join("u.crt"));
+    let csr = dir.path().join("u.csr");
+    let openssl = |args: &[&std::ffi::OsStr]| {
+        let st = Command::new("openssl").args(args).output().unwrap();
+        assert!(
+            st.status.success(),
+            "{}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+    };
+    openssl(&[
+        "req".as_ref(),
+        "-newkey".as_ref(),
+        "rsa:2048".as_ref(),
+        "-nodes".as_ref(),
+        "-subj".as_ref(),
+        "/CN=nobody".as_ref(),
+        "-keyout".as_ref(),
+        key.as_os_str(),
+        "-out".as_ref(),
+        csr.as_os_str(),
+    ]);
+    let ext = dir.path().join("u.ext");
+    std::fs::write(&ext, "extendedKeyUsage=clientAuth\n").unwrap();
+    openssl(&[
+        "x509".as_ref(),
+        "-req".as_ref(),
+        "-in".as_ref(),
+        csr.as_os_str(),
+        "-CA".as_ref(),
+        pki.join("ca.crt").as_os_str(),
+        "-CAkey".as_ref(),
+        pki.join("ca.key").as_os_str(),
+        "-CAcreateserial".as_ref(),
+        "-days".as_ref(),
+        "1".as_ref(),
+        "-extfile".as_ref(),
+        ext.as_os_str(),
+        "-out".as_ref(),
+        crt.as_os_str(),
+    ]);
+    let admin = std::fs::read_to_string(&kubeconfig).unwrap();
+    let config = dir.path().join("nobody.kubeconfig");
+    std::fs::write(
+        &config,
+        admin
+            .replace(
+                &pki.join("admin.crt").display().to_string(),
+                &crt.display().to_string(),
+            )
+            .replace(
+                &pki.join("admin.key").display().to_string(),
+                &key.display().to_string(),
+            ),
+    )
+    .unwrap();
+    let run = soak_run(
+        "suites/smoke-container.yaml",
+        &[
+            "--kubeconfig",
+            config.to_str().unwrap(),
+            "--namespace",
+            "soak-forbidden",
+        ],
+    );
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    let err = run.stderr();
+    assert!(
+        err.contains("forbids listing Pods in namespace `soak-forbidden`")
+            && err.contains("User \"nobody\" cannot list resource \"pods\"")
+            && err.contains("grant soak a Role"),
+        "{err}"
+    );
+}
