@@ -663,6 +663,16 @@ fn fault_fs_writes(suite: &Suite) -> crate::faults::disk::Writes {
     }
 }
 
+/// Where a `limit` phase is, `phases[2]` or `phases[1].repeat.phases[0]`.
+fn live_limit(phases: &[crate::suite::Phase], at: &str) -> Option<String> {
+    use crate::suite::Phase;
+    phases.iter().enumerate().find_map(|(i, p)| match p {
+        Phase::Limit(_) => Some(format!("{at}[{i}]")),
+        Phase::Repeat { phases, .. } => live_limit(phases, &format!("{at}[{i}].repeat.phases")),
+        _ => None,
+    })
+}
+
 /// The container of a cell whose node is an image: named and labelled
 /// for `soak cleanup`, the cell's folder mounted, the suite's limits.
 fn container_plan(
@@ -728,6 +738,18 @@ pub fn resolve(
         .image
         .as_ref()
         .map(|image| container_plan(suite, def, index, ctx, &dir, image));
+    if container.as_ref().is_some_and(|c| c.kubernetes.is_some()) {
+        if let Some(field) = live_limit(&suite.phases, "phases") {
+            return Err(PlanError::Template {
+                field,
+                error:
+                    "a live `limit` cannot change a running Pod's memory limit (in-place resize \
+                        is not in core/v1 before Kubernetes 1.33): leave it out, or run the node \
+                        on a Docker engine (without --kubeconfig)"
+                        .into(),
+            });
+        }
+    }
     let node = Spec {
         argv: base.argv.clone(),
         env: base.env.clone(),

@@ -269,3 +269,37 @@ fn a_namespace_soak_may_not_use_is_an_environment_error_with_the_fix() {
         "{err}"
     );
 }
+
+/// A live limit cannot change a running Pod's: refused at the phase's
+/// line before anything starts; the freezer's pause runs.
+#[test]
+fn a_live_limit_on_a_pod_is_refused_at_its_line_and_a_pause_runs() {
+    let kubeconfig = kube_cluster();
+    let run = soak_run(
+        "tests/suites/container-pause-limit.yaml",
+        &["--kubeconfig", &kubeconfig],
+    );
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    assert!(
+        run.stderr()
+            .contains("container-pause-limit.yaml:23:5: phases[3]: a live `limit` cannot change a running Pod's memory limit"),
+        "{}",
+        run.stderr()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let suite = variant(
+        &dir,
+        "tests/suites/container-pause-limit.yaml",
+        &[("  - limit: 192MiB\n", "")],
+    );
+    let run = soak_run(&suite, &["--kubeconfig", &kubeconfig]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = run.cell();
+    assert!(
+        c.phases
+            .iter()
+            .any(|p| p.phase.starts_with("pause") && p.outcome.contains("resumed")),
+        "{:?}",
+        c.phases
+    );
+}
