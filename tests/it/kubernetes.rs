@@ -303,3 +303,72 @@ fn a_live_limit_on_a_pod_is_refused_at_its_line_and_a_pause_runs() {
         c.phases
     );
 }
+
+/// soak as a Job: the template, rendered for two shards of a two-cell
+/// suite, passes the real kubectl's client-side dry run; both Jobs run the
+/// image of soak itself (containers/soak) on the cluster, each its shard,
+/// with its nodes' memory cgroups beneath the Job's Pod; their reports
+/// merge into one with both cells.
+#[test]
+fn the_job_template_runs_two_shards_on_the_cluster_and_their_reports_merge() {
+    kube_cluster();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let template =
+        std::fs::read_to_string(root.join("templates/kubernetes/soak-shard-job.yaml")).unwrap();
+    let reports = tempfile::tempdir().unwrap();
+    let run = format!("t{}", std::process::id());
+    let dir = tempfile::tempdir().unwrap();
+    for shard in ["1", "2"] {
+        let job = template
+            .replace("${SHARD}", shard)
+            .replace("${SHARDS}", "2")
+            .replace("${SUITE}", "user-suites/sharded.yaml")
+            .replace("${REPORTS}", reports.path().to_str().unwrap())
+            .replace("${SUITES}", root.join("tests/suites").to_str().unwrap())
+            .replace("${IMAGE}", "soak:local")
+            .replace("${RUN}", &run);
+        assert!(!job.contains("${"), "{job}");
+        let file = dir.path().join(format!("job-{shard}.yaml"));
+        std::fs::write(&file, job).unwrap();
+        let file = file.to_str().unwrap();
+        kubectl(&["apply", "--dry-run=client", "-f", file]);
+        kubectl(&["apply", "-f", file]);
+    }
+    let label = format!("soak.job={run}");
+    kubectl(&[
+        "wait",
+        "--for=condition=complete",
+        "job",
+        "-l",
+        &label,
+        "--timeout=180s",
+    ]);
+    kubectl(&["delete", "job", "-l", &label, "--cascade=true"]);
+    let shards: Vec<std::path::PathBuf> = std::fs::read_dir(reports.path().join("sharded"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(shards.len(), 2, "{shards:?}");
+    let merged = reports.path().join("merged");
+    let out = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .args(["report", "merge"])
+        .args(&shards)
+        .arg("--out")
+        .arg(&merged)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let summary: soak::model::Summary =
+        serde_json::from_str(&std::fs::read_to_string(merged.join("summary.json")).unwrap())
+            .unwrap();
+    let mut ids: Vec<&str> = summary.cells.iter().map(|c| c.id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["allocator=glibc", "allocator=jemalloc"]);
+    assert_eq!(summary.verdict, Verdict::Pass);
+    // Each node ran under its limit in a cgroup beneath the Job's Pod.
+    for c in &summary.cells {
+        let cg = c.cgroup.as_ref().unwrap();
+        assert!(cg.path.contains("/kubepods/"), "{cg:?}");
+    }
+}
