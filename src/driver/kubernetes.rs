@@ -477,7 +477,7 @@ impl PodNode {
             self.spec.log.clone(),
         ));
         let (tx, ended) = watch::channel(None);
-        let watch = tokio::spawn(watch_end(pods.clone(), name.clone(), tx));
+        let watch = tokio::spawn(watch_end(pods.clone(), name.clone(), container.clone(), tx));
         Ok(Incarnation {
             name,
             container,
@@ -583,9 +583,15 @@ async fn follow_logs(pods: Api<Pod>, name: String, path: PathBuf) {
 
 /// Publishes the container's end, from the Pod's status (read every 200
 /// ms: the watch API's events would do as well, at more code); a Pod that
-/// is gone ended with what was last seen, and an API that does not answer
-/// for 30 s lost it.
-async fn watch_end(pods: Api<Pod>, name: String, tx: watch::Sender<Option<Ended>>) {
+/// is gone before its status said how (a graceful stop the kubelet
+/// finished at once) ended as the container runtime says, and an API that
+/// does not answer for 30 s lost it.
+async fn watch_end(
+    pods: Api<Pod>,
+    name: String,
+    container: String,
+    tx: watch::Sender<Option<Ended>>,
+) {
     let mut failing_since: Option<Instant> = None;
     loop {
         match pods.get_opt(&name).await {
@@ -597,11 +603,15 @@ async fn watch_end(pods: Api<Pod>, name: String, tx: watch::Sender<Option<Ended>
                 }
             }
             Ok(None) => {
-                let _ = tx.send(Some(Ended {
+                let said = match runtime::docker_id(&container) {
+                    Some(id) => runtime::ended(id).await,
+                    None => None,
+                };
+                let _ = tx.send(Some(said.unwrap_or(Ended {
                     exit: Exit::Signal(Signal::SIGKILL as i32),
                     oom: false,
                     lost: false,
-                }));
+                })));
                 return;
             }
             Err(_) => {
@@ -645,6 +655,21 @@ mod runtime {
             .await
             .ok()?;
         i.state.and_then(|s| s.pid).map(|p| p as i32)
+    }
+
+    /// How the container ended, as the runtime still knows it.
+    pub async fn ended(id: &str) -> Option<super::Ended> {
+        let d = docker().await?;
+        let s = d
+            .inspect_container(id, None::<InspectContainerOptions>)
+            .await
+            .ok()?
+            .state?;
+        (s.running != Some(true)).then(|| super::Ended {
+            exit: super::exit_of(s.exit_code.unwrap_or(-1) as i32),
+            oom: s.oom_killed.unwrap_or(false),
+            lost: false,
+        })
     }
 
     pub async fn signal(id: &str, sig: nix::sys::signal::Signal) -> Result<(), String> {

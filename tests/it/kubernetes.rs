@@ -358,7 +358,11 @@ fn the_job_template_runs_two_shards_on_the_cluster_and_their_reports_merge() {
         .arg(&merged)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let summary: soak::model::Summary =
         serde_json::from_str(&std::fs::read_to_string(merged.join("summary.json")).unwrap())
             .unwrap();
