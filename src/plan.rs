@@ -335,11 +335,13 @@ fn service_variables(
 /// The services as they start, rendered.
 fn service_plans(
     suite: &Suite,
+    def: &CellDef,
     r: &Renderer,
     dir: &Path,
-    run_id: &str,
+    ctx: &RunContext,
     cgroup_name: &str,
 ) -> Result<Vec<crate::services::ServicePlan>, PlanError> {
+    let run_id = &ctx.run_id;
     let mut out = vec![];
     for (i, s) in suite.services.iter().enumerate() {
         let at = format!("services[{i}]");
@@ -362,6 +364,20 @@ fn service_plans(
             log,
             memory: s.memory.map(|m| m.0),
             cgroup_name: format!("{cgroup_name}-{}", s.name),
+            container: s
+                .image
+                .as_ref()
+                .map(|i| r.one(&format!("{at}.image"), i))
+                .transpose()?
+                .map(|image| ContainerPlan {
+                    name: format!("{cgroup_name}-{}", s.name),
+                    memory: s.memory.map(|m| m.0),
+                    swap: s.memory.map(|_| 0),
+                    // Services run on the node's Docker engine, even when
+                    // the node is a Pod.
+                    kubernetes: None,
+                    ..container_plan(suite, def, 0, ctx, dir, &image)
+                }),
         });
     }
     Ok(out)
@@ -663,6 +679,20 @@ fn fault_fs_writes(suite: &Suite) -> crate::faults::disk::Writes {
     }
 }
 
+/// What a Pod cannot do, refused at the suite's line: a live `limit`.
+fn refuse_for_pods(suite: &Suite) -> Result<(), PlanError> {
+    match live_limit(&suite.phases, "phases") {
+        Some(field) => Err(PlanError::Template {
+            field,
+            error: "a live `limit` cannot change a running Pod's memory limit (in-place resize \
+                    is not in core/v1 before Kubernetes 1.33): leave it out, or run the node \
+                    on a Docker engine (without --kubeconfig)"
+                .into(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Where a `limit` phase is, `phases[2]` or `phases[1].repeat.phases[0]`.
 fn live_limit(phases: &[crate::suite::Phase], at: &str) -> Option<String> {
     use crate::suite::Phase;
@@ -739,16 +769,7 @@ pub fn resolve(
         .as_ref()
         .map(|image| container_plan(suite, def, index, ctx, &dir, image));
     if container.as_ref().is_some_and(|c| c.kubernetes.is_some()) {
-        if let Some(field) = live_limit(&suite.phases, "phases") {
-            return Err(PlanError::Template {
-                field,
-                error:
-                    "a live `limit` cannot change a running Pod's memory limit (in-place resize \
-                        is not in core/v1 before Kubernetes 1.33): leave it out, or run the node \
-                        on a Docker engine (without --kubeconfig)"
-                        .into(),
-            });
-        }
+        refuse_for_pods(suite)?;
     }
     let node = Spec {
         argv: base.argv.clone(),
@@ -783,7 +804,7 @@ pub fn resolve(
         load: load_config(suite, &r, ctx.seed, &dir, &ctx.run_id)?,
         scrape,
         node,
-        services: service_plans(suite, &r, &dir, &ctx.run_id, &cgroup_name)?,
+        services: service_plans(suite, def, &r, &dir, ctx, &cgroup_name)?,
         allocator,
         limits: Limits {
             memory: suite.limits.memory.map(|s| s.0),

@@ -15,7 +15,10 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::driver::process::{ProcessNode, Spec};
+use crate::driver::any::AnyNode;
+use crate::driver::docker::container::ContainerPlan;
+use crate::driver::process::Spec;
+use crate::driver::Node;
 use crate::model::ServiceRecord;
 use crate::suite::ServiceAction;
 
@@ -33,10 +36,14 @@ pub struct ServicePlan {
     /// Its memory limit (`memory:`), in a cgroup of its own called this.
     pub memory: Option<u64>,
     pub cgroup_name: String,
+    /// How its containers are made, when it runs from an `image:`.
+    pub container: Option<ContainerPlan>,
 }
 
 struct Service {
-    process: ProcessNode,
+    process: AnyNode,
+    /// Its stop's grace.
+    grace: Duration,
     record: ServiceRecord,
     /// soak took it down (a `service` phase): not an exit of its own.
     down_by_soak: bool,
@@ -48,9 +55,9 @@ impl Service {
         if self.down_by_soak || self.record.exited.is_some() {
             return;
         }
-        if let Some(status) = self.process.exit_status() {
-            let exit = crate::driver::Exit::from(status).to_string();
-            self.record.exited = Some(match self.process.classify_death() {
+        if let Some(exit) = self.process.exit() {
+            let exit = exit.to_string();
+            self.record.exited = Some(match self.process.death() {
                 crate::driver::Death::Oom => format!("{exit}, OOM-killed under its memory limit"),
                 _ => exit,
             });
@@ -96,6 +103,8 @@ impl Services {
             }
             let cgroup = match (p.memory, placement) {
                 (None, _) => None,
+                // A container's limit is its engine's.
+                (Some(_), _) if p.container.is_some() => None,
                 (Some(_), None) => {
                     return Err(format!(
                         "services[{i}].memory needs a memory cgroup, and soak has none here (see `soak doctor`)"
@@ -114,13 +123,19 @@ impl Services {
                         .map_err(|e| format!("services[{i}].memory: {e}"))?,
                 ),
             };
-            let mut process = ProcessNode::new(p.spec.clone(), cgroup);
-            let took = process
-                .start()
+            let mut process = AnyNode::open(p.spec.clone(), p.container.clone(), cgroup)
                 .await
                 .map_err(|e| not_ready(&p.name, i, &e))?;
+            let took = match process.start().await {
+                Ok(took) => took,
+                Err(e) => {
+                    process.shutdown().await;
+                    return Err(not_ready(&p.name, i, &e));
+                }
+            };
             out.list.push(Service {
                 process,
+                grace: p.spec.grace,
                 record: ServiceRecord {
                     name: p.name.clone(),
                     log: p.log.clone(),
@@ -143,10 +158,10 @@ impl Services {
             .ok_or_else(|| format!("there is no service `{name}`"))?;
         let s = &mut self.list[i];
         s.note_exit();
-        let down = |s: &mut Service, r: Result<std::process::ExitStatus, _>| {
+        let down = |s: &mut Service, r: Result<crate::driver::Exit, _>| {
             s.down_by_soak = true;
             match r {
-                Ok(st) => Ok(crate::driver::Exit::from(st).to_string()),
+                Ok(exit) => Ok(exit.to_string()),
                 Err(crate::driver::DriverError::NotRunning) => Ok("it was not running".to_string()),
                 Err(e) => Err(format!("service `{}`: {e}", s.record.name)),
             }
@@ -163,7 +178,7 @@ impl Services {
             s.record.stops += 1;
         }
         if matches!(action, ServiceAction::Start | ServiceAction::Restart) {
-            if s.process.is_running() {
+            if s.process.running() {
                 return Err(format!(
                     "service `{name}` is already running: `- service: {{ name: {name}, action: restart }}` stops it first"
                 ));
@@ -185,14 +200,11 @@ impl Services {
         let mut out = vec![];
         while let Some(mut s) = self.list.pop() {
             s.note_exit();
-            if s.process.is_running() {
-                let _ = tokio::time::timeout(
-                    s.process.grace() + Duration::from_secs(15),
-                    s.process.stop(),
-                )
-                .await;
+            if s.process.running() {
+                let _ =
+                    tokio::time::timeout(s.grace + Duration::from_secs(15), s.process.stop()).await;
             }
-            s.process.shutdown();
+            s.process.shutdown().await;
             out.push(s.record);
         }
         out.reverse();

@@ -482,6 +482,35 @@ async fn a_live_limit_is_read_back_and_said() {
     );
 }
 
+/// A RESP load of `keys` keys whose every key has one acknowledged write,
+/// for a read-back to judge.
+fn acked_load(keys: usize) -> crate::workload::Load {
+    let load = crate::workload::Load::new(crate::workload::LoadConfig {
+        protocol: crate::protocol::Spec::Resp(crate::protocol::resp::Spec {
+            target: String::new(),
+        }),
+        keys,
+        value_size: (16, 64),
+        compressibility: None,
+        set: 1.0,
+        get: 0.0,
+        del: 0.0,
+        mget: 0.0,
+        mget_keys: 1,
+        rate: Some(1.0),
+        pipeline: 1,
+        connections: 1,
+        timeout: Duration::from_secs(5),
+        seed: 3,
+        distribution: crate::workload::dist::Distribution::Uniform,
+    });
+    for k in 0..keys {
+        let v = load.ledger.next_set_version(k);
+        load.ledger.ack(k, v);
+    }
+    load
+}
+
 /// A node that answers MGETs of the ledger's keys with what the ledger
 /// holds, except on its first connection: there it is OOM-killed as the
 /// read-back's first request arrives (the node is told to die, then the
@@ -547,30 +576,8 @@ async fn an_oom_kill_during_a_read_back_is_a_restart_and_the_read_back_starts_ag
         1 => Life::DiesWhen(told.clone(), Death::Oom),
         _ => Life::Long,
     });
-    let mut load = crate::workload::Load::new(crate::workload::LoadConfig {
-        protocol: crate::protocol::Spec::Resp(crate::protocol::resp::Spec {
-            target: String::new(),
-        }),
-        keys: 2000,
-        value_size: (16, 64),
-        compressibility: None,
-        set: 1.0,
-        get: 0.0,
-        del: 0.0,
-        mget: 0.0,
-        mget_keys: 1,
-        rate: Some(1.0),
-        pipeline: 1,
-        connections: 1,
-        timeout: Duration::from_secs(5),
-        seed: 3,
-        distribution: crate::workload::dist::Distribution::Uniform,
-    });
+    let mut load = acked_load(2000);
     let ledger = load.ledger.clone();
-    for k in 0..2000 {
-        let v = ledger.next_set_version(k);
-        ledger.ack(k, v);
-    }
     let target = dies_under_first_read_back(ledger, die).await;
     let r = run_with(node, "- verify", None, Some(&mut load), target).await;
     r.result.unwrap();
@@ -602,30 +609,7 @@ async fn a_node_killed_by_every_read_back_ends_the_cell_after_five() {
     let die = Arc::new(tokio::sync::Notify::new());
     let told = die.clone();
     let node = FakeNode::new(move |_, _| Life::DiesWhen(told.clone(), Death::Oom));
-    let mut load = crate::workload::Load::new(crate::workload::LoadConfig {
-        protocol: crate::protocol::Spec::Resp(crate::protocol::resp::Spec {
-            target: String::new(),
-        }),
-        keys: 500,
-        value_size: (16, 64),
-        compressibility: None,
-        set: 1.0,
-        get: 0.0,
-        del: 0.0,
-        mget: 0.0,
-        mget_keys: 1,
-        rate: Some(1.0),
-        pipeline: 1,
-        connections: 1,
-        timeout: Duration::from_secs(5),
-        seed: 3,
-        distribution: crate::workload::dist::Distribution::Uniform,
-    });
-    let ledger = load.ledger.clone();
-    for k in 0..500 {
-        let v = ledger.next_set_version(k);
-        ledger.ack(k, v);
-    }
+    let mut load = acked_load(500);
     // Every read-back's one request kills the node, which drops it.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let target = listener.local_addr().unwrap().to_string();

@@ -45,6 +45,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::driver::docker::container::ContainerPlan;
+use crate::driver::ended::{self, exit_of, EndWatch, Ended};
 use crate::driver::process::{await_ready, not_ready, NotReady, Spec};
 use crate::driver::{Death, DriverError, Exit, Exited, Launch, Node};
 
@@ -105,21 +106,12 @@ pub async fn connect(k: &KubePlan) -> Result<kube::Client, String> {
     Ok(client)
 }
 
-/// How an incarnation ended, as its container status says.
-#[derive(Debug, Clone, Copy)]
-struct Ended {
-    exit: Exit,
-    oom: bool,
-    /// The API stopped answering: the end is not known.
-    lost: bool,
-}
-
 struct Incarnation {
     name: String,
     /// The container runtime's id (`docker://...`).
     container: String,
     pid: i32,
-    ended: watch::Receiver<Option<Ended>>,
+    ended: EndWatch,
     logs: JoinHandle<()>,
     watch: JoinHandle<()>,
 }
@@ -164,21 +156,12 @@ pub fn label_value(s: &str) -> String {
         .to_string()
 }
 
-/// A container's exit code as an exit: 128 + N is signal N.
-fn exit_of(code: i32) -> Exit {
-    if (129..=128 + 64).contains(&code) {
-        Exit::Signal(code - 128)
-    } else {
-        Exit::Code(code)
-    }
-}
-
 /// The node container's end, if its status has one.
 fn terminated(pod: &Pod) -> Option<Ended> {
     let s = pod.status.as_ref()?.container_statuses.as_ref()?.first()?;
     let t = s.state.as_ref()?.terminated.as_ref()?;
     Some(Ended {
-        exit: exit_of(t.exit_code),
+        exit: exit_of(t.exit_code.into()),
         oom: t.reason.as_deref() == Some("OOMKilled"),
         lost: false,
     })
@@ -493,16 +476,11 @@ impl PodNode {
     }
 
     fn ended(&self) -> Option<Ended> {
-        self.current.as_ref().and_then(|c| *c.ended.borrow())
+        ended::now(self.current.as_ref().map(|c| &c.ended))
     }
 
     async fn wait_end(&mut self, d: Duration) -> Option<Ended> {
-        let mut rx = self.current.as_ref()?.ended.clone();
-        let got = tokio::time::timeout(d, rx.wait_for(|e| e.is_some()))
-            .await
-            .ok()
-            .and_then(|r| r.ok().and_then(|e| *e));
-        got
+        ended::within(self.current.as_ref().map(|c| &c.ended), d).await
     }
 
     /// The container runtime's id of the running container, for a signal
@@ -666,7 +644,7 @@ mod runtime {
             .ok()?
             .state?;
         (s.running != Some(true)).then(|| super::Ended {
-            exit: super::exit_of(s.exit_code.unwrap_or(-1) as i32),
+            exit: super::exit_of(s.exit_code.unwrap_or(-1)),
             oom: s.oom_killed.unwrap_or(false),
             lost: false,
         })
@@ -777,17 +755,7 @@ impl Node for PodNode {
     }
 
     fn exited(&self) -> Exited {
-        let rx = self.current.as_ref().map(|c| c.ended.clone());
-        Box::pin(async move {
-            if let Some(mut rx) = rx {
-                if let Ok(e) = rx.wait_for(|e| e.is_some()).await {
-                    if let Some(e) = *e {
-                        return e.exit;
-                    }
-                }
-            }
-            std::future::pending().await
-        })
+        ended::exited(self.current.as_ref().map(|c| &c.ended))
     }
 
     fn exit(&self) -> Option<Exit> {
@@ -799,11 +767,7 @@ impl Node for PodNode {
         if let Some(c) = self.current.take() {
             c.watch.abort();
         }
-        match ended {
-            Some(e) if e.lost => Death::Lost,
-            Some(e) if e.oom => Death::Oom,
-            _ => Death::Crash,
-        }
+        ended::death(ended)
     }
 
     fn running(&self) -> bool {
@@ -845,24 +809,15 @@ impl Drop for PodNode {
         }
         let client = self.client.clone();
         let ns = self.kube.namespace.clone();
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async {
-                let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-                for p in pods {
-                    delete_pod(&api, &p, 0).await;
-                }
-                if let Some((c, v)) = claim {
-                    delete_claim(&client, &ns, &c, &v).await;
-                }
-            });
-        })
-        .join();
+        ended::in_thread(async move {
+            let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+            for p in pods {
+                delete_pod(&api, &p, 0).await;
+            }
+            if let Some((c, v)) = claim {
+                delete_claim(&client, &ns, &c, &v).await;
+            }
+        });
     }
 }
 
@@ -969,11 +924,5 @@ mod tests {
         assert_eq!(label_value("default"), "default");
         assert_eq!(label_value("-x-"), "x");
         assert_eq!(label_value(&"a".repeat(80)).len(), 63);
-    }
-
-    #[test]
-    fn an_exit_code_above_128_is_a_signal() {
-        assert_eq!(exit_of(137), Exit::Signal(9));
-        assert_eq!(exit_of(1), Exit::Code(1));
     }
 }

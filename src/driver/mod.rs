@@ -8,6 +8,7 @@ pub mod allocator;
 pub mod any;
 pub mod cgroup;
 pub mod docker;
+pub mod ended;
 pub mod kubernetes;
 pub mod process;
 

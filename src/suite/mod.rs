@@ -144,8 +144,14 @@ pub struct NodeSpec {
 pub struct ServiceSpec {
     /// Letters, digits, `-` and `_`; unique in the suite.
     pub name: String,
-    /// The argv, templated; never run through a shell.
+    /// The argv, templated; never run through a shell. With `image:`, the
+    /// container's command (without one, the image's own).
+    #[serde(default)]
     pub command: Vec<String>,
+    /// A container image to run it from, on the node's Docker engine (the
+    /// host's network, its folder and the cell's mounted at the same path,
+    /// labelled for `soak cleanup`), instead of a process.
+    pub image: Option<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     pub ready: Ready,
@@ -685,10 +691,10 @@ impl Suite {
                     format!("a second service `{}`: give each its own name", s.name),
                 ));
             }
-            if s.command.is_empty() {
+            if s.command.is_empty() && s.image.is_none() {
                 out.push((
                     format!("{at}.command"),
-                    "the command is empty: give the service's argv".into(),
+                    "the command is empty: give the service's argv (or an `image:` to run)".into(),
                 ));
             }
             match s.ready.given().as_slice() {
@@ -925,6 +931,9 @@ impl Suite {
             }
             for (k, v) in &s.env {
                 templated.push((format!("{at}.env.{k}"), v));
+            }
+            if let Some(image) = &s.image {
+                templated.push((format!("{at}.image"), image));
             }
             let r = &s.ready;
             for (f, v) in [

@@ -302,39 +302,52 @@ impl<P: FnMut(usize, usize) + Send> Shared<'_, P> {
                 Err(e @ SessionError::Broken(_)) if !timed_out => e,
                 Err(e) => return self.fail(e),
             };
-            // Another session reads what this one was asked (a few times
-            // over, not forever): after an adapter exited, as it was
-            // asked; after the node closed the connection, as after a
-            // failed read, so that a key that always breaks it ends
-            // unreadable. A dead node refuses the next connection.
             session = None;
-            let fault = matches!(ended, SessionError::Broken(_));
-            if fault && self.died_soon().await {
-                return self.fail(ended);
-            }
+            if !self
+                .reopen(ended, in_flight.drain().map(|(_, b)| b).collect())
+                .await
             {
-                let mut w = self.work.lock().expect("work");
-                w.reopened += 1;
-                if w.reopened > MAX_REOPENED {
-                    w.failed.get_or_insert(if fault {
-                        SessionError::Broken(format!(
-                            "{ended}; the node closed {MAX_REOPENED} connections during one read-back"
-                        ))
-                    } else {
-                        SessionError::Fatal(format!(
-                            "{ended}; {MAX_REOPENED} adapters exited during one read-back"
-                        ))
-                    });
-                    return;
-                }
-                if !fault {
-                    w.again.extend(in_flight.drain().map(|(_, b)| b));
-                }
-            }
-            for (_, b) in in_flight.drain() {
-                self.again(b, &ended.to_string());
+                return;
             }
         }
+    }
+
+    /// A session that ended under the read-back: whether another may be
+    /// opened to read what it was asked (a few times over, not forever).
+    /// After an adapter exited, as it was asked; after the node closed the
+    /// connection, as after a failed read, so that a key that always
+    /// breaks it ends unreadable. A node that died fails the read-back
+    /// (its caller restarts it).
+    async fn reopen(&self, ended: SessionError, in_flight: Vec<Batch>) -> bool {
+        let fault = matches!(ended, SessionError::Broken(_));
+        if fault && self.died_soon().await {
+            self.fail(ended);
+            return false;
+        }
+        {
+            let mut w = self.work.lock().expect("work");
+            w.reopened += 1;
+            if w.reopened > MAX_REOPENED {
+                w.failed.get_or_insert(if fault {
+                    SessionError::Broken(format!(
+                        "{ended}; the node closed {MAX_REOPENED} connections during one read-back"
+                    ))
+                } else {
+                    SessionError::Fatal(format!(
+                        "{ended}; {MAX_REOPENED} adapters exited during one read-back"
+                    ))
+                });
+                return false;
+            }
+            if !fault {
+                w.again.extend(in_flight);
+                return true;
+            }
+        }
+        for b in in_flight {
+            self.again(b, &ended.to_string());
+        }
+        true
     }
 }
 

@@ -897,3 +897,32 @@ fn a_cell_on_a_remote_engine_over_tls_passes() {
     let left = remote.docker(&["ps", "-aq", "--filter", &format!("label=soak.run={id}")]);
     assert!(left.stdout.is_empty());
 }
+
+/// A service from an image (Debian's redis-server in soak-redis:local)
+/// beside a process node: started through the engine before the node,
+/// kept through its kill, killed and started again through the engine,
+/// its output in services/cache.log, and its containers removed after the
+/// run (the harness checks nothing labelled with the run is left).
+#[test]
+fn a_service_from_an_image_runs_on_the_engine_beside_a_process_node() {
+    require_docker_images();
+    common::require_tool("redis-cli", "redis-tools");
+    let run = soak_run("tests/suites/service-container.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = run.cell();
+    let reasons: Vec<Cause> = c.restarts.iter().map(|r| r.reason).collect();
+    assert_eq!(reasons, [Cause::Kill]);
+    let cache = &c.services[0];
+    assert_eq!(
+        (cache.name.as_str(), cache.kills, cache.exited.as_deref()),
+        ("cache", 1, None)
+    );
+    assert_eq!(cache.ready_ms.len(), 2, "{cache:?}");
+    assert!(c.execs.iter().all(|e| e.code == Some(0)), "{:?}", c.execs);
+    let log = run.file("services/cache.log");
+    assert_eq!(
+        log.matches("Ready to accept connections").count(),
+        2,
+        "{log}"
+    );
+}

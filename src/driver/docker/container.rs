@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::engine::{self, Engine};
+use crate::driver::ended::{self, exit_of, EndWatch, Ended};
 use crate::driver::process::{await_ready, not_ready, NotReady, Spec};
 use crate::driver::{Death, DriverError, EngineMemory, Exit, Exited, Launch, Node};
 
@@ -55,19 +56,10 @@ pub struct ContainerPlan {
     pub kubernetes: Option<crate::driver::kubernetes::KubePlan>,
 }
 
-/// How an incarnation ended, as the engine says it.
-#[derive(Debug, Clone, Copy)]
-struct Ended {
-    exit: Exit,
-    oom: bool,
-    /// The engine stopped answering: the end is not known.
-    lost: bool,
-}
-
 struct Incarnation {
     id: String,
     pid: i32,
-    ended: watch::Receiver<Option<Ended>>,
+    ended: EndWatch,
     logs: JoinHandle<()>,
 }
 
@@ -92,16 +84,6 @@ fn engine_error(e: impl std::fmt::Display) -> DriverError {
 
 fn api(e: bollard::errors::Error) -> DriverError {
     engine_error(crate::net::error_chain(&e))
-}
-
-/// A container's exit code as an exit: 128 + N is signal N, as the engine
-/// reports a process killed by a signal.
-fn exit_of(code: i64) -> Exit {
-    if (129..=128 + 64).contains(&code) {
-        Exit::Signal((code - 128) as i32)
-    } else {
-        Exit::Code(code as i32)
-    }
 }
 
 impl ContainerNode {
@@ -243,17 +225,12 @@ impl ContainerNode {
     }
 
     fn ended(&self) -> Option<Ended> {
-        self.current.as_ref().and_then(|c| *c.ended.borrow())
+        ended::now(self.current.as_ref().map(|c| &c.ended))
     }
 
     /// Waits for the current incarnation's end, at most `d`.
     async fn wait_end(&mut self, d: Duration) -> Option<Ended> {
-        let mut rx = self.current.as_ref()?.ended.clone();
-        let got = tokio::time::timeout(d, rx.wait_for(|e| e.is_some()))
-            .await
-            .ok()
-            .and_then(|r| r.ok().and_then(|e| *e));
-        got
+        ended::within(self.current.as_ref().map(|c| &c.ended), d).await
     }
 
     async fn remove_all(&mut self) {
@@ -466,17 +443,7 @@ impl Node for ContainerNode {
     }
 
     fn exited(&self) -> Exited {
-        let rx = self.current.as_ref().map(|c| c.ended.clone());
-        Box::pin(async move {
-            if let Some(mut rx) = rx {
-                if let Ok(e) = rx.wait_for(|e| e.is_some()).await {
-                    if let Some(e) = *e {
-                        return e.exit;
-                    }
-                }
-            }
-            std::future::pending().await
-        })
+        ended::exited(self.current.as_ref().map(|c| &c.ended))
     }
 
     fn exit(&self) -> Option<Exit> {
@@ -486,11 +453,7 @@ impl Node for ContainerNode {
     fn death(&mut self) -> Death {
         let ended = self.ended();
         self.current = None;
-        match ended {
-            Some(e) if e.lost => Death::Lost,
-            Some(e) if e.oom => Death::Oom,
-            _ => Death::Crash,
-        }
+        ended::death(ended)
     }
 
     fn running(&self) -> bool {
@@ -562,20 +525,11 @@ impl Drop for ContainerNode {
         if ids.is_empty() {
             return;
         }
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async {
-                for id in ids {
-                    let _ = remove(&docker, &id).await;
-                }
-            });
-        })
-        .join();
+        ended::in_thread(async move {
+            for id in ids {
+                let _ = remove(&docker, &id).await;
+            }
+        });
     }
 }
 

@@ -156,9 +156,11 @@ pub fn wait_until_ready(out: &Path) -> String {
     run_id(events.parent().unwrap().parent().unwrap().parent().unwrap())
 }
 
-/// The first file named `name` under `dir` that `ready` accepts, within 30 s.
+/// The first file named `name` under `dir` that `ready` accepts, within
+/// 120 s (a Pod's first start on a cluster beside thirty other tests took
+/// more than 30).
 pub fn wait_for_file(dir: &Path, name: &str, ready: impl Fn(&Path) -> bool) -> PathBuf {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     loop {
         if let Some(f) = walk(dir)
             .into_iter()
@@ -168,7 +170,7 @@ pub fn wait_for_file(dir: &Path, name: &str, ready: impl Fn(&Path) -> bool) -> P
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "no {name} under {} within 30 s",
+            "no {name} under {} within 120 s",
             dir.display()
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
