@@ -149,8 +149,12 @@ pub struct Cell<'a, N: Node> {
     /// What reads during the load had found when the last restart began.
     reads_mark: Integrity,
     /// Read-backs in a row the node died under (a read-back that ends
-    /// sets it back to 0).
+    /// sets it back to 0, but the one after a restart inside a `verify`:
+    /// a node whose every verify kills it is not judged by the restart's
+    /// read-back passing in between).
     readback_deaths: usize,
+    /// A `verify` is reading back (and restarting the node under it).
+    verifying: bool,
     phase_counter: u64,
     /// How deep in `repeat`s the phase running is (0: the suite's own).
     nesting: u32,
@@ -181,6 +185,7 @@ impl<'a, N: Node> Cell<'a, N> {
             down: None,
             reads_mark: Integrity::default(),
             readback_deaths: 0,
+            verifying: false,
             phase_counter: 0,
             nesting: 0,
             saved_at: Instant::now(),
@@ -315,7 +320,9 @@ impl<'a, N: Node> Cell<'a, N> {
                 .flatten();
             match self.read_back_once(tails).await {
                 Ok(found) => {
-                    self.readback_deaths = 0;
+                    if !self.verifying {
+                        self.readback_deaths = 0;
+                    }
                     self.bus.emit(Event::ReadBack {
                         oracle: Oracle::ReadBack,
                         restart: Some(n),
@@ -576,9 +583,28 @@ impl<'a, N: Node> Cell<'a, N> {
             what: "reading back every key the ledger knows".into(),
         });
         let began = Instant::now();
-        let found = loop {
+        self.verifying = true;
+        let found = self.read_back_through_deaths().await;
+        self.verifying = false;
+        let found = found?;
+        self.readback_deaths = 0;
+        self.bus.emit(Event::ReadBack {
+            oracle: Oracle::Verify,
+            restart: None,
+            integrity: found.integrity,
+            first_lost: found.first_lost,
+            holes: found.holes,
+            took_s: began.elapsed().as_secs_f64(),
+        });
+        Ok(Some(found.integrity))
+    }
+
+    /// Reads back until a pass ends, restarting a node that dies under it
+    /// (each death counts toward [`MAX_READBACK_DEATHS`]).
+    async fn read_back_through_deaths(&mut self) -> Result<verify::ReadBack, CellError> {
+        loop {
             match self.read_back_once(None).await {
-                Ok(found) => break found,
+                Ok(found) => return Ok(found),
                 Err(e) if self.died_within(DEATH_SHOWS_WITHIN).await => {
                     self.bus.emit(Event::ReadBackRetry {
                         error: e.to_string(),
@@ -590,17 +616,7 @@ impl<'a, N: Node> Cell<'a, N> {
                 }
                 Err(e) => return Err(e.into()),
             }
-        };
-        self.readback_deaths = 0;
-        self.bus.emit(Event::ReadBack {
-            oracle: Oracle::Verify,
-            restart: None,
-            integrity: found.integrity,
-            first_lost: found.first_lost,
-            holes: found.holes,
-            took_s: began.elapsed().as_secs_f64(),
-        });
-        Ok(Some(found.integrity))
+        }
     }
 
     /// One pass over every key the ledger knows, through the node, with

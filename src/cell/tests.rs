@@ -519,17 +519,27 @@ async fn dies_under_first_read_back(
     ledger: Arc<crate::oracle::Ledger>,
     die: Arc<tokio::sync::Notify>,
 ) -> String {
+    dies_under_read_backs(ledger, die, |n| n == 1).await
+}
+
+/// The same node, killed by the read-backs whose connection's number
+/// (from 1) `kills` says.
+async fn dies_under_read_backs(
+    ledger: Arc<crate::oracle::Ledger>,
+    die: Arc<tokio::sync::Notify>,
+    kills: fn(usize) -> bool,
+) -> String {
     use crate::net::resp;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     tokio::spawn(async move {
-        let mut first = true;
+        let mut n = 0;
         while let Ok((mut s, _)) = listener.accept().await {
             let mut buf = vec![];
             let mut chunk = [0u8; 65536];
-            if first {
-                first = false;
+            n += 1;
+            if kills(n) {
                 let _ = s.read(&mut chunk).await;
                 die.notify_one();
                 continue;
@@ -639,4 +649,30 @@ async fn a_node_killed_by_every_read_back_ends_the_cell_after_five() {
         r.seen.0
     );
     assert_eq!(r.seen.count("not-recovered"), 1, "{:?}", r.seen.0);
+}
+
+/// A node that every `verify` kills while the read-back after its restart
+/// passes (glibc's Teku: the restart's read-back fits, the next full read
+/// does not): the deaths under the verify count in a row all the same,
+/// and the fifth ends the cell, not the crash loop's fiftieth.
+#[tokio::test]
+async fn a_verify_that_kills_the_node_each_time_ends_after_five_though_restarts_read_back() {
+    let die = Arc::new(tokio::sync::Notify::new());
+    let told = die.clone();
+    let node = FakeNode::new(move |_, _| Life::DiesWhen(told.clone(), Death::Oom));
+    let mut load = acked_load(500);
+    let ledger = load.ledger.clone();
+    // Odd connections are the verify's (killed), even ones the restart's.
+    let target = dies_under_read_backs(ledger, die, |n| n % 2 == 1).await;
+    let r = run_with(node, "- verify", None, Some(&mut load), target).await;
+    let Err(CellError::NotRecovered { error, .. }) = &r.result else {
+        panic!("{:?}", r.result);
+    };
+    assert!(error.contains("read-backs in a row"), "{error}");
+    assert_eq!(
+        r.seen.count("oom-killed"),
+        MAX_READBACK_DEATHS,
+        "{:?}",
+        r.seen.0
+    );
 }
