@@ -24,6 +24,18 @@ struct Cli {
 enum Command {
     /// Run a suite: start the node, drive the phases, verify, report.
     Run(RunOptions),
+    /// Run a cell of a finished run again, as it ran: its phases, the
+    /// chaos actions its seed drew at the times they came, the same
+    /// workload seed (against another build with --node-command or
+    /// --node-version). Exit codes as `soak run`.
+    Replay(crate::replay::command::Target),
+    /// Cut a failed cell's chaos schedule down to the fewest actions that
+    /// still fail the same check (ddmin, then shorter waits), each trial a
+    /// real run; writes shrunk.yaml and shrink.md in the run's folder and
+    /// prints shrunk.yaml's path last. Exit 0 when the shrunk suite fails
+    /// as the original did, 1 when the failure was not reproduced within
+    /// the budget, 2 when there is nothing to shrink.
+    Shrink(crate::replay::command::ShrinkArgs),
     /// Check suites without running anything.
     Validate {
         #[arg(required = true)]
@@ -224,6 +236,8 @@ pub fn main() -> i32 {
             cleanup_command(run, force, docker_host, kube)
         }
         Command::Run(opts) => run_command(opts),
+        Command::Replay(t) => crate::replay::command::replay(t),
+        Command::Shrink(a) => crate::replay::command::shrink(a),
         Command::Doctor { out } => crate::doctor::doctor(&out),
         Command::Verify { cell, target } => verify_command(&cell, target),
         Command::Report(ReportArgs {

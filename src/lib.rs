@@ -27,6 +27,7 @@ pub mod oracle;
 pub mod plan;
 pub mod progress;
 pub mod protocol;
+pub mod replay;
 pub mod report;
 pub mod run;
 pub mod services;

@@ -10,6 +10,7 @@ pub mod record;
 pub mod schedule;
 #[cfg(test)]
 mod tests;
+pub mod timeline;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -161,6 +162,8 @@ pub struct Cell<'a, N: Node> {
     /// When the ledger was last saved, and how often to save it.
     saved_at: Instant,
     save_every: Duration,
+    /// What ran, as explicit phases, for `soak replay` and `soak shrink`.
+    pub timeline: timeline::Timeline,
 }
 
 impl<'a, N: Node> Cell<'a, N> {
@@ -190,6 +193,19 @@ impl<'a, N: Node> Cell<'a, N> {
             nesting: 0,
             saved_at: Instant::now(),
             save_every: Duration::from_secs(2),
+            timeline: timeline::Timeline::default(),
+        }
+    }
+
+    /// The load's acknowledged operations so far.
+    fn ops(&self) -> u64 {
+        self.load.as_deref().map_or(0, |l| l.stats().ops_ok())
+    }
+
+    fn save_timeline(&mut self) {
+        if let Err(e) = self.timeline.save(&self.ctx.dir) {
+            self.bus
+                .notice("replay", format!("cannot write {}: {e}", timeline::FILE));
         }
     }
 
@@ -998,6 +1014,9 @@ impl<'a, N: Node> Cell<'a, N> {
             l.resume();
         }
         let start = Instant::now();
+        let ops = self.ops();
+        self.timeline
+            .chaos(self.bus.t(), ops, seed, c.during.mul_f64(self.ctx.scale));
         for p in &plan {
             let now = start.elapsed();
             if p.at > now {
@@ -1005,6 +1024,7 @@ impl<'a, N: Node> Cell<'a, N> {
             }
             let hold = c.hold.mul_f64(self.ctx.scale);
             let lift = p.action.lift();
+            let (began, ops) = (start.elapsed(), self.ops());
             self.bus.emit(Event::ChaosAction {
                 seed,
                 at_s: p.at.as_secs_f64(),
@@ -1032,7 +1052,7 @@ impl<'a, N: Node> Cell<'a, N> {
                     self.fault(Asked::Disk(d)).await?;
                 }
             }
-            if let Some(lift) = lift {
+            if let Some(lift) = lift.clone() {
                 // Lifted even when the hold is cut short, so that an
                 // interrupted run leaves no fault in force.
                 let held = self.hold(hold).await;
@@ -1043,6 +1063,17 @@ impl<'a, N: Node> Cell<'a, N> {
                 };
                 held?;
             }
+            self.timeline.drawn(timeline::Drawn {
+                action: timeline::word(p.action.kind()),
+                at_s: began.as_secs_f64(),
+                ops,
+                took_s: (start.elapsed() - began).as_secs_f64(),
+                phases: timeline::as_phases(&p.action, c, self.ctx.scale, lift)
+                    .iter()
+                    .map(crate::suite::emit::phase)
+                    .collect(),
+            });
+            self.save_timeline();
         }
         let during = c.during.mul_f64(self.ctx.scale);
         let now = start.elapsed();
@@ -1177,6 +1208,11 @@ impl<'a, N: Node> Cell<'a, N> {
         let mut before = self.load.as_deref().map(|l| l.stats());
         for (i, p) in phases.iter().enumerate() {
             let start_s = self.bus.t();
+            if !matches!(p, Phase::Repeat { .. } | Phase::Chaos(_)) {
+                let ops = self.ops();
+                let ran = timeline::scaled(p, self.ctx.scale);
+                self.timeline.phase(start_s, ops, &ran);
+            }
             self.bus.emit(Event::PhaseStarted {
                 phase: p.to_string(),
             });
@@ -1210,6 +1246,7 @@ impl<'a, N: Node> Cell<'a, N> {
                     .map(crate::telemetry::disk_usage),
             });
             self.save_ledger(false).await;
+            self.save_timeline();
             outcome?;
         }
         Ok(())
@@ -1220,6 +1257,7 @@ impl<'a, N: Node> Cell<'a, N> {
         self.pause_load().await;
         self.close_reads_window();
         self.save_ledger(true).await;
+        self.save_timeline();
         if self.node.running() {
             if let Ok(exit) = self.node.stop().await {
                 self.bus.emit(Event::Stopped {

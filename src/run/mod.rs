@@ -11,6 +11,7 @@ use rand::Rng;
 use tokio::sync::watch;
 
 use crate::cell::event::{Bus, Event, Jsonl};
+use crate::cell::timeline;
 use crate::cell::{Cell, CellError, Context};
 use crate::driver::allocator;
 use crate::driver::any::AnyNode;
@@ -96,6 +97,30 @@ pub struct RunOptions {
 }
 
 impl RunOptions {
+    /// A run of `suite` into `out` with every other option at its default
+    /// (what `soak replay` and `soak shrink` start their runs with).
+    pub fn for_suite(suite: PathBuf, out: PathBuf) -> RunOptions {
+        RunOptions {
+            suite,
+            out,
+            duration_scale: 1.0,
+            seed: None,
+            interval: None,
+            only: vec![],
+            shard: None,
+            progress: None,
+            heartbeat: Duration::from_secs(30),
+            run_id: None,
+            quiet: false,
+            claim_cgroup: false,
+            docker_host: None,
+            kubeconfig: None,
+            kubernetes: false,
+            namespace: "default".into(),
+            repeat: None,
+        }
+    }
+
     /// The cluster image nodes run on, if the command line names one.
     pub fn kube_plan(&self) -> Option<crate::driver::kubernetes::KubePlan> {
         (self.kubernetes || self.kubeconfig.is_some()).then(|| {
@@ -240,6 +265,9 @@ pub async fn run(
     progress: &Progress,
 ) -> Result<(Summary, PathBuf), RunError> {
     let suite = Suite::load(&opts.suite)?;
+    // What each cell's replay.yaml keeps of the suite (read again: the
+    // suite's text, as it was when the run began).
+    let suite_text = std::fs::read_to_string(&opts.suite).unwrap_or_default();
     let times = opts
         .repeat
         .unwrap_or_else(|| suite.repeat.map(|r| r.0 as u32).unwrap_or(1));
@@ -272,14 +300,16 @@ pub async fn run(
     let dir = run_dir(&opts.out, &suite.name, &run_id, started)?;
     let origin = tokio::time::Instant::now();
     let seed = opts.seed.unwrap_or_else(|| rand::rng().random());
-    eprintln!(
-        "soak: running {} ({}, {} cell{}, seed {seed}), report in {}",
-        suite.name,
-        opts.suite.display(),
-        cells.len(),
-        if cells.len() == 1 { "" } else { "s" },
-        dir.display()
-    );
+    if !opts.quiet {
+        eprintln!(
+            "soak: running {} ({}, {} cell{}, seed {seed}), report in {}",
+            suite.name,
+            opts.suite.display(),
+            cells.len(),
+            if cells.len() == 1 { "" } else { "s" },
+            dir.display()
+        );
+    }
     let ctx = run_context(&suite, opts, &run_id, &dir, seed)?;
     progress.begin_run(&suite, cells.len(), opts.duration_scale);
 
@@ -290,8 +320,29 @@ pub async fn run(
         if *interrupt.borrow() {
             break;
         }
+        let header = timeline::Header {
+            version: timeline::VERSION,
+            soak: env!("CARGO_PKG_VERSION").into(),
+            suite_file: std::path::absolute(&opts.suite)
+                .unwrap_or_else(|_| opts.suite.clone())
+                .display()
+                .to_string(),
+            suite_dir: ctx.suite_dir.display().to_string(),
+            suite_text: suite_text.clone(),
+            cell: cell.id.clone(),
+            seed,
+            scale: opts.duration_scale,
+        };
         let ran = match plan::resolve(&suite, cell, index, &ctx) {
-            Ok(p) => run_cell(&suite, &p, placement.as_ref(), interrupt.clone(), progress).await,
+            Ok(p) => {
+                let cell = CellRun {
+                    suite: &suite,
+                    plan: &p,
+                    placement: placement.as_ref(),
+                    header,
+                };
+                run_cell(cell, interrupt.clone(), progress).await
+            }
             Err(PlanError::Template { field, error }) => Err(RunError::Usage(
                 PlanError::Template { field, error }.located(&opts.suite, &cell.id),
             )),
@@ -426,13 +477,25 @@ async fn drive(
     cell.run_phases(phases).await
 }
 
+/// What one cell runs with.
+struct CellRun<'a> {
+    suite: &'a Suite,
+    plan: &'a CellPlan,
+    placement: Option<&'a Placement>,
+    header: timeline::Header,
+}
+
 async fn run_cell(
-    suite: &Suite,
-    plan: &CellPlan,
-    placement: Option<&Placement>,
+    run: CellRun<'_>,
     interrupt: watch::Receiver<bool>,
     progress: &Progress,
 ) -> Result<CellResult, RunError> {
+    let CellRun {
+        suite,
+        plan,
+        placement,
+        header,
+    } = run;
     let origin = tokio::time::Instant::now();
     std::fs::create_dir_all(&plan.data_dir)
         .map_err(RunError::io("cannot create the cell folder"))?;
@@ -481,6 +544,7 @@ async fn run_cell(
         interrupt,
         ctx,
     );
+    cell.timeline.header = header;
     let outcome = drive(&mut cell, remote.as_deref(), plan, &suite.phases).await;
     cell.finish().await;
     drop(cell);

@@ -9,6 +9,7 @@
 
 pub mod allocator;
 pub mod checks;
+pub mod emit;
 pub mod faults;
 pub mod locate;
 pub mod matrix;

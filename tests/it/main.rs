@@ -17,6 +17,7 @@ mod malformed_suites;
 mod node;
 mod offline;
 mod protocols;
+mod replay;
 mod reports;
 mod run;
 mod schema;

@@ -28,6 +28,12 @@ FLUSHALL). Its memory does what it is told:
     memnode.py ... --leak-for S
         stops the leak after S seconds (a staircase that stops: a cache
         filled in chunks);
+    memnode.py ... --unsafe-after-pause S
+        after it wakes from a pause (SIGSTOP, seen as a gap in its own
+        clock), acknowledges writes for S seconds without journaling them,
+        then journals them: a SIGKILL within S seconds of a pause loses
+        them, a kill at any other time does not (a node that replays its
+        log lazily after a stall). A SIGTERM journals them first;
     memnode.py ... --drop-mget N
         closes the connection instead of answering every Nth MGET, and
         stays up: a node that cannot allocate a large reply and drops the
@@ -60,6 +66,7 @@ import math
 import mmap
 import os
 import random
+import signal
 import socket
 import struct
 import sys
@@ -252,6 +259,44 @@ class Split:
 
 
 STARTED = time.monotonic()
+# --unsafe-after-pause: the window's length, its end (0: none now), and
+# the writes acknowledged in it but not journaled yet.
+UNSAFE = {"window": 0.0, "until": 0.0, "deferred": []}
+
+
+def journal_deferred(journal):
+    for op, key, value in UNSAFE["deferred"]:
+        if op == b"S":
+            journal.set(key, value)
+        else:
+            journal.delete(key)
+    UNSAFE["deferred"] = []
+    UNSAFE["until"] = 0.0
+
+
+def watchdog(journal, lock):
+    """Sees a pause as a gap in its own ticks, and closes the window."""
+    last = time.monotonic()
+    while True:
+        time.sleep(0.02)
+        now = time.monotonic()
+        with lock:
+            if now - last > 0.1:
+                UNSAFE["until"] = now + UNSAFE["window"]
+                print("memnode: woke after %.2f s; journaling deferred for %.2f s"
+                      % (now - last, UNSAFE["window"]), flush=True)
+            elif UNSAFE["until"] and now >= UNSAFE["until"]:
+                journal_deferred(journal)
+        last = now
+
+
+def write(journal, op, key, value=None):
+    if UNSAFE["until"]:
+        UNSAFE["deferred"].append((op, key, value))
+    elif op == b"S":
+        journal.set(key, value)
+    else:
+        journal.delete(key)
 HANG_AFTER = [0.0]
 DROP_MGET = [0, 0]  # every Nth MGET, and the MGETs so far
 
@@ -279,7 +324,7 @@ def serve(conn, db, lock, journal):
                 if name == b"PING":
                     out = b"+PONG\r\n"
                 elif name == b"SET":
-                    journal.set(cmd[1], cmd[2])
+                    write(journal, b"S", cmd[1], cmd[2])
                     db[cmd[1]] = cmd[2]
                     out = b"+OK\r\n"
                 elif name == b"GET":
@@ -290,7 +335,7 @@ def serve(conn, db, lock, journal):
                     n = sum(1 for k in cmd[1:] if k in db)
                     if name == b"DEL":
                         for k in cmd[1:]:
-                            journal.delete(k)
+                            write(journal, b"D", k)
                             db.pop(k, None)
                     out = b":%d\r\n" % n
                 elif name == b"DBSIZE":
@@ -328,6 +373,7 @@ def main():
     p.add_argument("--fsync", choices=["never", "always", "split"], default="never")
     p.add_argument("--hang-after", type=float, default=0.0)
     p.add_argument("--drop-mget", type=int, default=0)
+    p.add_argument("--unsafe-after-pause", type=float, default=0.0)
     args = p.parse_args()
     HANG_AFTER[0] = args.hang_after
     DROP_MGET[0] = args.drop_mget
@@ -338,6 +384,16 @@ def main():
         journal = Journal(args.journal, sync=args.fsync == "always")
     if args.journal:
         journal.open(db, args.lose_tail, args.seed)
+    if args.unsafe_after_pause:
+        UNSAFE["window"] = args.unsafe_after_pause
+
+        def term(*_):
+            with lock:
+                journal_deferred(journal)
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, term)
+        threading.Thread(target=watchdog, args=(journal, lock), daemon=True).start()
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("127.0.0.1", args.port))
