@@ -512,6 +512,7 @@ pub async fn shrink_run(
     let report = shrink_report::render(rec, opts, &outcome, shrunk.as_deref());
     let report_file = write("shrink.md", &report)?;
     eprintln!("soak shrink: report {}", report_file.display());
+    let interrupted = outcome.cut_short.as_deref() == Some("interrupted");
     match shrunk {
         Some(text) => {
             let file = write("shrunk.yaml", &text)?;
@@ -526,7 +527,11 @@ pub async fn shrink_run(
                     .unwrap_or_default()
             );
             println!("{}", file.display());
-            Ok(crate::exit::PASS)
+            Ok(if interrupted {
+                crate::exit::INTERRUPTED
+            } else {
+                crate::exit::PASS
+            })
         }
         None => {
             eprintln!(
@@ -538,7 +543,11 @@ pub async fn shrink_run(
                     .map(|w| format!(" ({w})"))
                     .unwrap_or_default()
             );
-            Ok(crate::exit::CHECK_FAILED)
+            Ok(if interrupted {
+                crate::exit::INTERRUPTED
+            } else {
+                crate::exit::CHECK_FAILED
+            })
         }
     }
 }

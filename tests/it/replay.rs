@@ -109,6 +109,28 @@ fn a_node_that_loses_at_every_kill_shrinks_to_one_kill() {
 }
 
 #[test]
+fn a_kill_during_a_disk_fault_shrinks_to_that_kill_inside_the_fault() {
+    let run = soak_run("tests/suites/shrink-kill-in-fault.yaml", &["--seed", "1"]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let dir = dir(&run);
+    let (code, last, err) = shrink(&dir, &[]);
+    assert_eq!(code, 0, "{err}");
+    let words = phase_words(&last.unwrap());
+    let faults_and_acts: Vec<&str> = words
+        .iter()
+        .map(String::as_str)
+        .filter(|w| ["kill", "pause", "io_errors"].contains(w))
+        .collect();
+    // The spell of I/O errors is the suite's own; one kill inside it.
+    assert_eq!(
+        faults_and_acts,
+        ["io_errors", "kill", "io_errors"],
+        "{words:?}\n{err}"
+    );
+    nothing_left_in(&dir);
+}
+
+#[test]
 fn a_replay_fails_the_same_way_and_passes_against_the_fixed_build() {
     let run = soak_run("tests/suites/shrink-pause-kill.yaml", &["--seed", "4"]);
     assert_eq!(run.code(), 1, "{}", run.stderr());

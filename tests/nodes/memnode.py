@@ -34,6 +34,11 @@ FLUSHALL). Its memory does what it is told:
         then journals them: a SIGKILL within S seconds of a pause loses
         them, a kill at any other time does not (a node that replays its
         log lazily after a stall). A SIGTERM journals them first;
+    memnode.py ... --retry-journal
+        when a journal write fails (EIO from soak's fault filesystem),
+        acknowledges the write all the same and keeps it to write again
+        every 50 ms until the disk takes it: a kill while the disk fails
+        loses those writes, a kill after it recovered does not;
     memnode.py ... --drop-mget N
         closes the connection instead of answering every Nth MGET, and
         stays up: a node that cannot allocate a large reply and drops the
@@ -222,19 +227,41 @@ class Journal:
                 db.pop(key, None)
         print("memnode: start %d dropped %d journal entries" % (starts, dropped), flush=True)
         self.f = open(self.path, "ab", buffering=0)
-        open(starts_file, "w").write("%d %d" % (starts + 1, self.f.tell()))
+        try:
+            open(starts_file, "w").write("%d %d" % (starts + 1, self.f.tell()))
+        except OSError:
+            if not RETRY["on"]:
+                raise
+
+    def append(self, record):
+        if RETRY["on"] and RETRY["pending"]:
+            RETRY["pending"].append(record)
+            return
+        try:
+            self.f.write(record)
+            if self.sync:
+                os.fsync(self.f.fileno())
+        except OSError:
+            if not RETRY["on"]:
+                raise
+            RETRY["pending"].append(record)
+
+    def retry(self):
+        """Writes what failed before, in order, until one fails again."""
+        while RETRY["pending"]:
+            try:
+                self.f.write(RETRY["pending"][0])
+            except OSError:
+                return
+            RETRY["pending"].pop(0)
 
     def set(self, key, value):
         if self.f:
-            self.f.write(b"S" + struct.pack("<II", len(key), len(value)) + key + value)
-            if self.sync:
-                os.fsync(self.f.fileno())
+            self.append(b"S" + struct.pack("<II", len(key), len(value)) + key + value)
 
     def delete(self, key):
         if self.f:
-            self.f.write(b"D" + struct.pack("<I", len(key)) + key)
-            if self.sync:
-                os.fsync(self.f.fileno())
+            self.append(b"D" + struct.pack("<I", len(key)) + key)
 
 
 class Split:
@@ -259,6 +286,15 @@ class Split:
 
 
 STARTED = time.monotonic()
+# --retry-journal: on, and the records the disk refused, in order.
+RETRY = {"on": False, "pending": []}
+
+
+def retrier(journal, lock):
+    while True:
+        time.sleep(0.05)
+        with lock:
+            journal.retry()
 # --unsafe-after-pause: the window's length, its end (0: none now), and
 # the writes acknowledged in it but not journaled yet.
 UNSAFE = {"window": 0.0, "until": 0.0, "deferred": []}
@@ -374,6 +410,7 @@ def main():
     p.add_argument("--hang-after", type=float, default=0.0)
     p.add_argument("--drop-mget", type=int, default=0)
     p.add_argument("--unsafe-after-pause", type=float, default=0.0)
+    p.add_argument("--retry-journal", action="store_true")
     args = p.parse_args()
     HANG_AFTER[0] = args.hang_after
     DROP_MGET[0] = args.drop_mget
@@ -382,8 +419,11 @@ def main():
         journal = Split(args.journal)
     else:
         journal = Journal(args.journal, sync=args.fsync == "always")
+    RETRY["on"] = args.retry_journal
     if args.journal:
         journal.open(db, args.lose_tail, args.seed)
+    if args.retry_journal:
+        threading.Thread(target=retrier, args=(journal, lock), daemon=True).start()
     if args.unsafe_after_pause:
         UNSAFE["window"] = args.unsafe_after_pause
 
