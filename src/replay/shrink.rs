@@ -163,6 +163,46 @@ impl Search<'_> {
         self.opts.budget.saturating_sub(self.started.elapsed())
     }
 
+    /// One run of the trial's suite, judged into `trial`.
+    async fn try_once(&self, file: &Path, trial: &mut Trial) {
+        let mut opts = crate::run::RunOptions::for_suite(file.to_path_buf(), self.out.clone());
+        opts.seed = Some(self.rec.timeline.header.seed);
+        opts.quiet = true;
+        let progress = crate::progress::Progress::new(
+            crate::progress::Mode::None,
+            true,
+            Duration::from_secs(3600),
+        );
+        let (summary, dir) = match crate::run::run(&opts, self.interrupt.clone(), &progress).await {
+            Ok(ran) => ran,
+            Err(e) => {
+                trial.finding = Some(format!("error: {e}"));
+                return;
+            }
+        };
+        let cell = summary.cells.first();
+        let failed = cell.is_some_and(|c| {
+            c.checks
+                .iter()
+                .any(|k| k.name == self.check && k.verdict == Verdict::Fail)
+        });
+        let cell_dir = cell.map(|c| dir.join("cells").join(crate::plan::folder(&c.id)));
+        if failed {
+            trial.fails += 1;
+            trial.finding = cell_dir.as_deref().and_then(finding).or_else(|| {
+                cell.and_then(|c| c.checks.iter().find(|k| k.name == self.check))
+                    .map(|k| format!("{} = {} (limit {})", k.name, k.value, k.limit))
+            });
+        } else if let Some(e) = cell.and_then(|c| c.error.clone()) {
+            trial.finding = Some(format!("error: {e}"));
+        }
+        // The trial's data is not needed to judge it again.
+        if let Some(d) = cell_dir {
+            let _ = std::fs::remove_dir_all(d.join("data"));
+        }
+        trial.dir = Some(dir);
+    }
+
     /// Runs the schedule up to `tries` times; `None` when the budget or
     /// the user stopped the search first.
     async fn test(
@@ -213,40 +253,7 @@ impl Search<'_> {
         };
         while judge.more(trial.tries, trial.fails) {
             trial.tries += 1;
-            let mut opts = crate::run::RunOptions::for_suite(file.clone(), self.out.clone());
-            opts.seed = Some(t.header.seed);
-            opts.quiet = true;
-            let progress = crate::progress::Progress::new(
-                crate::progress::Mode::None,
-                true,
-                Duration::from_secs(3600),
-            );
-            match crate::run::run(&opts, self.interrupt.clone(), &progress).await {
-                Ok((summary, dir)) => {
-                    let cell = summary.cells.first();
-                    let failed = cell.is_some_and(|c| {
-                        c.checks
-                            .iter()
-                            .any(|k| k.name == self.check && k.verdict == Verdict::Fail)
-                    });
-                    let cell_dir = cell.map(|c| dir.join("cells").join(crate::plan::folder(&c.id)));
-                    if failed {
-                        trial.fails += 1;
-                        trial.finding = cell_dir.as_deref().and_then(finding).or_else(|| {
-                            cell.and_then(|c| c.checks.iter().find(|k| k.name == self.check))
-                                .map(|k| format!("{} = {} (limit {})", k.name, k.value, k.limit))
-                        });
-                    } else if let Some(e) = cell.and_then(|c| c.error.clone()) {
-                        trial.finding = Some(format!("error: {e}"));
-                    }
-                    // The trial's data is not needed to judge it again.
-                    if let Some(d) = cell_dir {
-                        let _ = std::fs::remove_dir_all(d.join("data"));
-                    }
-                    trial.dir = Some(dir);
-                }
-                Err(e) => trial.finding = Some(format!("error: {e}")),
-            }
+            self.try_once(&file, &mut trial).await;
             if *self.interrupt.borrow() {
                 break;
             }

@@ -14,9 +14,17 @@ fn secs(s: f64) -> String {
 
 /// The report, in markdown like the run's.
 pub fn render(rec: &Recorded, opts: &Options, out: &Outcome, shrunk: Option<&str>) -> String {
+    let mut md = String::new();
+    header(&mut md, rec, opts, out);
+    original(&mut md, rec, out);
+    search(&mut md, out);
+    result(&mut md, rec, out, shrunk);
+    md
+}
+
+fn header(md: &mut String, rec: &Recorded, opts: &Options, out: &Outcome) {
     let t = &rec.timeline;
     let h = &t.header;
-    let mut md = String::new();
     let _ = writeln!(md, "# soak shrink: cell `{}`\n", h.cell);
     let _ = writeln!(
         md,
@@ -55,6 +63,11 @@ pub fn render(rec: &Recorded, opts: &Options, out: &Outcome, shrunk: Option<&str
             .map(|w| format!(", cut short: {w}"))
             .unwrap_or_default()
     );
+}
+
+/// Each action the chaos phases drew.
+fn original(md: &mut String, rec: &Recorded, out: &Outcome) {
+    let t = &rec.timeline;
     let _ = writeln!(
         md,
         "\n## The original schedule: {} chaos actions\n",
@@ -82,6 +95,10 @@ pub fn render(rec: &Recorded, opts: &Options, out: &Outcome, shrunk: Option<&str
             }
         }
     }
+}
+
+/// Each trial.
+fn search(md: &mut String, out: &Outcome) {
     let _ = writeln!(md, "\n## The search\n");
     let _ = writeln!(
         md,
@@ -107,13 +124,17 @@ pub fn render(rec: &Recorded, opts: &Options, out: &Outcome, shrunk: Option<&str
             secs(tr.secs)
         );
     }
+}
+
+/// The schedule found and what it reproduces, or why there is none.
+fn result(md: &mut String, rec: &Recorded, out: &Outcome, shrunk: Option<&str>) {
     if let (Some(_), None) = (&out.best, shrunk) {
         let (f, n) = out.confirmed.unwrap_or_default();
         let _ = writeln!(
             md,
             "\n## Not kept\n\nThe smallest schedule the search found failed {f} of {n} runs after it: a race it won once. Shrink again with more `--tries`."
         );
-        return md;
+        return;
     }
     match (&out.best, shrunk) {
         (Some(best), Some(yaml)) => {
@@ -184,5 +205,4 @@ pub fn render(rec: &Recorded, opts: &Options, out: &Outcome, shrunk: Option<&str
             );
         }
     }
-    md
 }

@@ -284,31 +284,13 @@ pub async fn run(
             crate::lock::lock_dir().display()
         ))
     })?;
-    // Where the nodes' cgroups go: decided once, before anything is made,
-    // and undone when the run ends (see `driver::cgroup::place`). Without
-    // a limit, a node runs without a cgroup where soak may make none.
-    let placement = match cgroup::place::place(&run_id, opts.claim_cgroup) {
-        Ok(p) => Some(p),
-        Err(e) if suite.limits.need_cgroup() => {
-            return Err(RunError::Environment(format!(
-                "limits.memory needs a memory cgroup: {e}"
-            )))
-        }
-        Err(_) => None,
-    };
+    let placement = placement(&suite, &run_id, opts.claim_cgroup)?;
     let started = chrono::Utc::now();
     let dir = run_dir(&opts.out, &suite.name, &run_id, started)?;
     let origin = tokio::time::Instant::now();
     let seed = opts.seed.unwrap_or_else(|| rand::rng().random());
     if !opts.quiet {
-        eprintln!(
-            "soak: running {} ({}, {} cell{}, seed {seed}), report in {}",
-            suite.name,
-            opts.suite.display(),
-            cells.len(),
-            if cells.len() == 1 { "" } else { "s" },
-            dir.display()
-        );
+        announce(&suite, opts, cells.len(), seed, &dir);
     }
     let ctx = run_context(&suite, opts, &run_id, &dir, seed)?;
     progress.begin_run(&suite, cells.len(), opts.duration_scale);
@@ -320,19 +302,7 @@ pub async fn run(
         if *interrupt.borrow() {
             break;
         }
-        let header = timeline::Header {
-            version: timeline::VERSION,
-            soak: env!("CARGO_PKG_VERSION").into(),
-            suite_file: std::path::absolute(&opts.suite)
-                .unwrap_or_else(|_| opts.suite.clone())
-                .display()
-                .to_string(),
-            suite_dir: ctx.suite_dir.display().to_string(),
-            suite_text: suite_text.clone(),
-            cell: cell.id.clone(),
-            seed,
-            scale: opts.duration_scale,
-        };
+        let header = cell_header(opts, &ctx, &suite_text, &cell.id, seed);
         let ran = match plan::resolve(&suite, cell, index, &ctx) {
             Ok(p) => {
                 let cell = CellRun {
@@ -380,6 +350,52 @@ pub async fn run(
         return Err(e);
     }
     Ok((summary, dir))
+}
+
+/// Where the nodes' cgroups go: decided once, before anything is made,
+/// and undone when the run ends (see `driver::cgroup::place`). Without a
+/// limit, a node runs without a cgroup where soak may make none.
+fn placement(suite: &Suite, run_id: &str, claim: bool) -> Result<Option<Placement>, RunError> {
+    match cgroup::place::place(run_id, claim) {
+        Ok(p) => Ok(Some(p)),
+        Err(e) if suite.limits.need_cgroup() => Err(RunError::Environment(format!(
+            "limits.memory needs a memory cgroup: {e}"
+        ))),
+        Err(_) => Ok(None),
+    }
+}
+
+fn announce(suite: &Suite, opts: &RunOptions, cells: usize, seed: u64, dir: &Path) {
+    eprintln!(
+        "soak: running {} ({}, {cells} cell{}, seed {seed}), report in {}",
+        suite.name,
+        opts.suite.display(),
+        if cells == 1 { "" } else { "s" },
+        dir.display()
+    );
+}
+
+/// What a cell's `replay.yaml` starts with.
+fn cell_header(
+    opts: &RunOptions,
+    ctx: &RunContext,
+    suite_text: &str,
+    cell: &str,
+    seed: u64,
+) -> timeline::Header {
+    timeline::Header {
+        version: timeline::VERSION,
+        soak: env!("CARGO_PKG_VERSION").into(),
+        suite_file: std::path::absolute(&opts.suite)
+            .unwrap_or_else(|_| opts.suite.clone())
+            .display()
+            .to_string(),
+        suite_dir: ctx.suite_dir.display().to_string(),
+        suite_text: suite_text.to_string(),
+        cell: cell.to_string(),
+        seed,
+        scale: opts.duration_scale,
+    }
 }
 
 /// The run's folder: `OUT/SUITE/TIME-ID`, made.
