@@ -507,27 +507,7 @@ fn run_command(opts: RunOptions) -> i32 {
         match ran {
             Ok((summary, dir)) => {
                 println!("{}", dir.join("report.md").display());
-                for c in &summary.cells {
-                    eprintln!(
-                        "soak: cell {}: {} (lost {}, corrupted {}, in doubt {}, OOM kills {}, restarts {})",
-                        c.id,
-                        c.verdict.as_str(),
-                        c.integrity.lost,
-                        c.integrity.corrupted,
-                        c.integrity.in_doubt,
-                        c.memory.oom_kills,
-                        c.restarts.len()
-                    );
-                    if let Some(e) = &c.error {
-                        eprintln!("soak: cell {}: {e}", c.id);
-                    }
-                    if let Some(l) = c.memory.oom_error_lines.first() {
-                        eprintln!(
-                            "soak: cell {}: out of memory inside the node, {} lines of node.log: {}",
-                            c.id, c.memory.oom_errors, l.line
-                        );
-                    }
-                }
+                crate::run::tell(&summary);
                 eprintln!("soak: verdict {}", summary.headline());
                 let charts = crate::report::charts::of_run(&dir, &summary);
                 if let Err(e) = crate::report::ci::publish(&summary, &charts) {

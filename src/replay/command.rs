@@ -104,17 +104,7 @@ pub fn replay(t: Target) -> i32 {
         progress.finish();
         match ran {
             Ok((summary, dir)) => {
-                for c in &summary.cells {
-                    eprintln!(
-                        "soak: cell {}: {} (lost {}, corrupted {}, in doubt {}, restarts {})",
-                        c.id,
-                        c.verdict.as_str(),
-                        c.integrity.lost,
-                        c.integrity.corrupted,
-                        c.integrity.in_doubt,
-                        c.restarts.len()
-                    );
-                }
+                crate::run::tell(&summary);
                 eprintln!("soak: verdict {}", summary.headline());
                 println!("{}", dir.join("report.md").display());
                 exit::of_summary(&summary)

@@ -61,7 +61,9 @@ pub enum Pick {
 
 /// The cell of the run in `run_dir` (reports/SUITE/RUN), with its record.
 pub fn open(run_dir: &Path, cell: Option<&str>, pick: Pick) -> Result<Recorded, ReplayError> {
-    let run_dir = &run_dir.canonicalize().unwrap_or_else(|_| run_dir.to_path_buf());
+    let run_dir = &run_dir
+        .canonicalize()
+        .unwrap_or_else(|_| run_dir.to_path_buf());
     let summary_file = run_dir.join("summary.json");
     let text = std::fs::read_to_string(&summary_file).map_err(|e| {
         ReplayError::Usage(format!(

@@ -352,6 +352,31 @@ pub async fn run(
     Ok((summary, dir))
 }
 
+/// Each cell's verdict and findings in a line, on stderr.
+pub fn tell(summary: &Summary) {
+    for c in &summary.cells {
+        eprintln!(
+            "soak: cell {}: {} (lost {}, corrupted {}, in doubt {}, OOM kills {}, restarts {})",
+            c.id,
+            c.verdict.as_str(),
+            c.integrity.lost,
+            c.integrity.corrupted,
+            c.integrity.in_doubt,
+            c.memory.oom_kills,
+            c.restarts.len()
+        );
+        if let Some(e) = &c.error {
+            eprintln!("soak: cell {}: {e}", c.id);
+        }
+        if let Some(l) = c.memory.oom_error_lines.first() {
+            eprintln!(
+                "soak: cell {}: out of memory inside the node, {} lines of node.log: {}",
+                c.id, c.memory.oom_errors, l.line
+            );
+        }
+    }
+}
+
 /// Where the nodes' cgroups go: decided once, before anything is made,
 /// and undone when the run ends (see `driver::cgroup::place`). Without a
 /// limit, a node runs without a cgroup where soak may make none.

@@ -39,6 +39,24 @@ fn phase_words(file: &Path) -> Vec<String> {
     suite.phases.iter().map(|p| p.word().to_string()).collect()
 }
 
+/// A run of the suite that fails, shrunk: the phases of the shrunk suite
+/// that are among `words`, all its phases, and shrink's stderr.
+fn shrunk(suite: &str, seed: &str, words: &[&str]) -> (Vec<String>, Vec<String>, String) {
+    let run = soak_run(suite, &["--seed", seed]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let dir = dir(&run);
+    let (code, last, err) = shrink(&dir, &[]);
+    assert_eq!(code, 0, "{err}");
+    let all = phase_words(&last.unwrap());
+    let kept = all
+        .iter()
+        .filter(|w| words.contains(&w.as_str()))
+        .cloned()
+        .collect();
+    nothing_left_in(&dir);
+    (kept, all, err)
+}
+
 /// `soak shrink RUN`: its exit code, the file it printed last, stderr.
 fn shrink(run: &str, extra: &[&str]) -> (i32, Option<PathBuf>, String) {
     let mut args = vec!["shrink", run, "--budget", "10m"];
@@ -91,43 +109,22 @@ fn a_pause_then_a_kill_shrinks_to_those_two_and_the_shrunk_suite_fails_again() {
 
 #[test]
 fn a_node_that_loses_at_every_kill_shrinks_to_one_kill() {
-    let run = soak_run("tests/suites/shrink-every-kill.yaml", &["--seed", "2"]);
-    assert_eq!(run.code(), 1, "{}", run.stderr());
-    let dir = dir(&run);
-    let (code, last, err) = shrink(&dir, &[]);
-    assert_eq!(code, 0, "{err}");
-    let words = phase_words(&last.unwrap());
-    let acts: Vec<&str> = words
-        .iter()
-        .map(String::as_str)
-        .filter(|w| ["kill", "pause"].contains(w))
-        .collect();
-    assert_eq!(acts, ["kill"], "{words:?}\n{err}");
+    let (kept, all, err) = shrunk(
+        "tests/suites/shrink-every-kill.yaml",
+        "2",
+        &["kill", "pause"],
+    );
+    assert_eq!(kept, ["kill"], "{all:?}\n{err}");
     // One kill, and then no kill passes: the search tried it.
     assert!(err.contains("(none), 0 of"), "{err}");
-    nothing_left_in(&dir);
 }
 
 #[test]
 fn a_kill_during_a_disk_fault_shrinks_to_that_kill_inside_the_fault() {
-    let run = soak_run("tests/suites/shrink-kill-in-fault.yaml", &["--seed", "1"]);
-    assert_eq!(run.code(), 1, "{}", run.stderr());
-    let dir = dir(&run);
-    let (code, last, err) = shrink(&dir, &[]);
-    assert_eq!(code, 0, "{err}");
-    let words = phase_words(&last.unwrap());
-    let faults_and_acts: Vec<&str> = words
-        .iter()
-        .map(String::as_str)
-        .filter(|w| ["kill", "pause", "io_errors"].contains(w))
-        .collect();
+    let words = ["kill", "pause", "io_errors"];
+    let (kept, all, err) = shrunk("tests/suites/shrink-kill-in-fault.yaml", "1", &words);
     // The spell of I/O errors is the suite's own; one kill inside it.
-    assert_eq!(
-        faults_and_acts,
-        ["io_errors", "kill", "io_errors"],
-        "{words:?}\n{err}"
-    );
-    nothing_left_in(&dir);
+    assert_eq!(kept, ["io_errors", "kill", "io_errors"], "{all:?}\n{err}");
 }
 
 #[test]
