@@ -220,6 +220,25 @@ pub struct Overrides {
     pub node_command: Option<Vec<String>>,
     /// One of the suite's `versions`: its command, image and environment.
     pub node_version: Option<String>,
+    /// Where image nodes run, as `soak run` takes it.
+    pub docker_host: Option<String>,
+    pub kube: Option<crate::driver::kubernetes::KubePlan>,
+}
+
+impl Overrides {
+    /// A run of `suite` into `out` as the overrides place it, with the
+    /// recorded seed.
+    pub fn run_options(&self, suite: PathBuf, out: PathBuf, seed: u64) -> crate::run::RunOptions {
+        let mut opts = crate::run::RunOptions::for_suite(suite, out);
+        opts.seed = Some(seed);
+        opts.docker_host.clone_from(&self.docker_host);
+        if let Some(k) = &self.kube {
+            opts.kubeconfig.clone_from(&k.kubeconfig);
+            opts.kubernetes = k.kubeconfig.is_none();
+            opts.namespace.clone_from(&k.namespace);
+        }
+        opts
+    }
 }
 
 impl Overrides {
@@ -447,8 +466,7 @@ pub async fn replay(
         all.keep.len(),
         file.display()
     );
-    let mut opts = crate::run::RunOptions::for_suite(file, out);
-    opts.seed = Some(t.header.seed);
+    let mut opts = over.run_options(file, out, t.header.seed);
     opts.progress = Some(crate::progress::Mode::None);
     crate::run::run(&opts, interrupt, progress)
         .await

@@ -165,8 +165,11 @@ impl Search<'_> {
 
     /// One run of the trial's suite, judged into `trial`.
     async fn try_once(&self, file: &Path, trial: &mut Trial) {
-        let mut opts = crate::run::RunOptions::for_suite(file.to_path_buf(), self.out.clone());
-        opts.seed = Some(self.rec.timeline.header.seed);
+        let mut opts = self.opts.over.run_options(
+            file.to_path_buf(),
+            self.out.clone(),
+            self.rec.timeline.header.seed,
+        );
         opts.quiet = true;
         let progress = crate::progress::Progress::new(
             crate::progress::Mode::None,
