@@ -194,3 +194,42 @@ fn nothing_to_shrink_an_unknown_cell_and_an_older_run_are_refused_before_anythin
     );
     assert!(!Path::new(&dir).join("replays").exists());
 }
+
+#[test]
+fn an_interrupted_shrink_writes_what_it_found_exits_130_and_leaves_nothing() {
+    let run = soak_run("tests/suites/shrink-every-kill.yaml", &["--seed", "2"]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let dir = dir(&run);
+    let child = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .args(["shrink", &dir])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The second trial's node is up: Ctrl-C then.
+    let trials = Path::new(&dir).join("shrink");
+    crate::common::soak::wait_for_file(&trials, "trial-002.yaml", |_| true);
+    let ready =
+        |e: &Path| std::fs::read_to_string(e).is_ok_and(|t| t.contains("\"kind\":\"ready\""));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while crate::common::soak::walk(&trials)
+        .iter()
+        .filter(|p| p.ends_with("events.jsonl") && ready(p))
+        .count()
+        < 2
+    {
+        assert!(std::time::Instant::now() < deadline, "no second trial");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let report = std::fs::read_to_string(Path::new(&dir).join("shrink.md")).unwrap();
+    assert!(report.contains("cut short: interrupted"), "{report}");
+    nothing_left_in(&dir);
+}
