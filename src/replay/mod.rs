@@ -276,12 +276,28 @@ fn pin_suite_dir(v: &mut Value, dir: &str) {
     }
 }
 
+/// The suite's id of a cell: without the `#N` of one of its `--repeat`
+/// runs.
+fn base_id(cell: &str) -> &str {
+    cell.rsplit_once('#').map_or(
+        cell,
+        |(base, n)| {
+            if n.parse::<u32>().is_ok() {
+                base
+            } else {
+                cell
+            }
+        },
+    )
+}
+
 /// The matrix cut to the one cell: each axis to the cell's value, the
 /// `include` entries that are about it, no `exclude`.
 fn one_cell(root: &mut Mapping, suite: &Suite, cell: &str) -> Result<(), ReplayError> {
     let Some(matrix) = &suite.matrix else {
         return Ok(());
     };
+    let cell = base_id(cell);
     let def = suite
         .cells()
         .into_iter()
@@ -403,7 +419,7 @@ pub fn suite_text(
     let again = Suite::parse(Path::new("replay.yaml"), &text)
         .map_err(|e| bad_record(format!("the replay's suite does not parse: {e}")))?;
     let ids: Vec<String> = again.cells().into_iter().map(|c| c.id).collect();
-    if ids != [h.cell.clone()] {
+    if ids != [base_id(&h.cell)] {
         return Err(ReplayError::Usage(format!(
             "cannot cut the suite's matrix to the cell {} alone (it gives {}): replay it with `soak run {} --only` instead",
             h.cell,
@@ -570,5 +586,106 @@ pub async fn shrink_run(
                 crate::exit::CHECK_FAILED
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MATRIX: &str = r#"
+name: m
+node:
+  command: ["node", "--port", "${PORT}", "--cache", "${storage.cache}", "--dir", "${SUITE_DIR}/x"]
+  ready: { resp: "127.0.0.1:${PORT}" }
+matrix:
+  allocator: [glibc, jemalloc, { glibc: { arena_max: 2, name: glibc-arena2 } }]
+  storage:
+    - { name: small, cache: 8MiB }
+    - { name: large, cache: 64MiB }
+  exclude:
+    - { allocator: jemalloc, storage: large }
+  include:
+    - { allocator: glibc, storage: small, expect: { oom_kills: 0 } }
+workload:
+  resp: { target: "127.0.0.1:${PORT}" }
+  keys: 100
+  value_size: 8B
+  mix: { set: 1.0 }
+  rate: 10/s
+  connections: 1
+phases:
+  - run: 1s
+repeat: 3
+"#;
+
+    fn timeline(cell: &str) -> Timeline {
+        Timeline {
+            header: timeline::Header {
+                version: timeline::VERSION,
+                suite_file: "/s/m.yaml".into(),
+                suite_dir: "/s".into(),
+                suite_text: MATRIX.into(),
+                cell: cell.into(),
+                ..timeline::Header::default()
+            },
+            steps: vec![],
+        }
+    }
+
+    #[test]
+    fn a_replay_is_a_suite_of_the_one_cell_with_its_suite_folder_pinned() {
+        let phases = vec![
+            Phase::Run(RunFor::Time(std::time::Duration::from_millis(1500))),
+            Phase::Verify,
+        ];
+        for cell in [
+            "allocator=glibc,storage=small",
+            "allocator=glibc-arena2,storage=large",
+            "allocator=jemalloc,storage=small#2",
+        ] {
+            let text = suite_text(&timeline(cell), &phases, &Overrides::default(), "d").unwrap();
+            let suite = Suite::parse(Path::new("r.yaml"), &text).unwrap();
+            let ids: Vec<String> = suite.cells().into_iter().map(|c| c.id).collect();
+            assert_eq!(ids, [base_id(cell)], "{text}");
+            assert_eq!(suite.phases, phases);
+            assert!(suite.repeat.is_none());
+            assert!(
+                text.contains("/s/x") && !text.contains("SUITE_DIR"),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn another_build_replaces_the_node_command() {
+        let over = Overrides {
+            node_command: Some(Overrides::parse_command("fixed --port '${PORT}'").unwrap()),
+            ..Overrides::default()
+        };
+        let text = suite_text(
+            &timeline("allocator=glibc,storage=small"),
+            &[Phase::Verify],
+            &over,
+            "d",
+        )
+        .unwrap();
+        let suite = Suite::parse(Path::new("r.yaml"), &text).unwrap();
+        assert_eq!(suite.node.command, ["fixed", "--port", "${PORT}"]);
+        let e = suite_text(
+            &timeline("allocator=glibc,storage=small"),
+            &[],
+            &Overrides {
+                node_version: Some("v9".into()),
+                ..Overrides::default()
+            },
+            "d",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("--node-version v9: the suite has no such version"),
+            "{e}"
+        );
     }
 }
