@@ -153,7 +153,10 @@ fn finding(cell_dir: &Path) -> Option<String> {
             return None;
         }
         let i = &v["integrity"];
-        let bad = i["lost"].as_u64().unwrap_or(0) + i["corrupted"].as_u64().unwrap_or(0);
+        let bad: u64 = ["lost", "corrupted", "lost_unsynced"]
+            .iter()
+            .map(|k| i[k].as_u64().unwrap_or(0))
+            .sum();
         (bad > 0).then(|| v["detail"].as_str().unwrap_or_default().to_string())
     })
 }
