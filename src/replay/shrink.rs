@@ -4,11 +4,15 @@
 //! explicit phases (see `replay::phases`) with some of its chaos actions
 //! left out, each kept one at the time it came. The search is Zeller and
 //! Hildebrandt's ddmin over the actions (halves, then smaller chunks and
-//! their complements), then shorter waits (every `run` between actions and
-//! of the suite's own halved while it still fails), then, when one action
-//! is left, none. A candidate fails when the check fails in at least one
-//! of `--tries` runs: a failure that needs a race may pass a try and fail
-//! the next, and one failure is proof that the schedule can fail.
+//! their complements); when one action is left, none; then shorter waits
+//! (every `run` between actions and of the suite's own halved while it
+//! still fails); then the schedule found is run again for its share.
+//!
+//! A candidate of ddmin fails when the check fails in at least one of
+//! `--tries` runs: a failure that needs a race may pass a try and fail the
+//! next, and one failure is proof that the schedule can fail. Shorter
+//! waits must fail every one of at least three runs: shortening a wait is
+//! where a reliable failure turns into a race won now and then.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
