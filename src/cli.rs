@@ -496,7 +496,7 @@ fn run_command(opts: RunOptions) -> i32 {
         return exit::ENVIRONMENT;
     };
     rt.block_on(async move {
-        let rx = crate::signal::interrupts(opts.docker_host.clone(), opts.kube_plan());
+        let rx = crate::signal::interrupts(opts.reach.docker_host.clone(), opts.kube_plan());
         let progress = crate::progress::Progress::new(
             opts.progress.unwrap_or_else(crate::progress::Mode::detect),
             opts.quiet,

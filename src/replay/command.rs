@@ -25,18 +25,8 @@ pub struct Target {
     /// and environment).
     #[arg(long, value_name = "NAME", conflicts_with = "node_command")]
     pub node_version: Option<String>,
-    /// As `soak run --docker-host`: the engine image nodes run on.
-    #[arg(long, value_name = "URL")]
-    pub docker_host: Option<String>,
-    /// As `soak run --kubeconfig`: image nodes as Pods on that cluster.
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
-    /// As `soak run --kubernetes`.
-    #[arg(long)]
-    pub kubernetes: bool,
-    /// As `soak run --namespace`.
-    #[arg(long, value_name = "NS", default_value = "default")]
-    pub namespace: String,
+    #[command(flatten)]
+    pub reach: crate::run::Reach,
 }
 
 impl Target {
@@ -49,13 +39,7 @@ impl Target {
                 .transpose()
                 .map_err(ReplayError::Usage)?,
             node_version: self.node_version.clone(),
-            docker_host: self.docker_host.clone(),
-            kube: (self.kubernetes || self.kubeconfig.is_some()).then(|| {
-                crate::driver::kubernetes::KubePlan {
-                    kubeconfig: self.kubeconfig.clone(),
-                    namespace: self.namespace.clone(),
-                }
-            }),
+            reach: self.reach.clone(),
         })
     }
 }
@@ -113,7 +97,7 @@ pub fn replay(t: Target) -> i32 {
         return exit::ENVIRONMENT;
     };
     rt.block_on(async move {
-        let rx = crate::signal::interrupts(over.docker_host.clone(), over.kube.clone());
+        let rx = crate::signal::interrupts(over.reach.docker_host.clone(), over.reach.kube_plan());
         let progress = crate::progress::Progress::new(
             crate::progress::Mode::detect(),
             false,
@@ -157,7 +141,10 @@ pub fn shrink(a: ShrinkArgs) -> i32 {
         return exit::ENVIRONMENT;
     };
     rt.block_on(async move {
-        let rx = crate::signal::interrupts(opts.over.docker_host.clone(), opts.over.kube.clone());
+        let rx = crate::signal::interrupts(
+            opts.over.reach.docker_host.clone(),
+            opts.over.reach.kube_plan(),
+        );
         match super::shrink_run(&rec, &opts, rx).await {
             Ok(code) => code,
             Err(e) => failed(e),

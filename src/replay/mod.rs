@@ -221,8 +221,7 @@ pub struct Overrides {
     /// One of the suite's `versions`: its command, image and environment.
     pub node_version: Option<String>,
     /// Where image nodes run, as `soak run` takes it.
-    pub docker_host: Option<String>,
-    pub kube: Option<crate::driver::kubernetes::KubePlan>,
+    pub reach: crate::run::Reach,
 }
 
 impl Overrides {
@@ -231,12 +230,7 @@ impl Overrides {
     pub fn run_options(&self, suite: PathBuf, out: PathBuf, seed: u64) -> crate::run::RunOptions {
         let mut opts = crate::run::RunOptions::for_suite(suite, out);
         opts.seed = Some(seed);
-        opts.docker_host.clone_from(&self.docker_host);
-        if let Some(k) = &self.kube {
-            opts.kubeconfig.clone_from(&k.kubeconfig);
-            opts.kubernetes = k.kubeconfig.is_none();
-            opts.namespace.clone_from(&k.namespace);
-        }
+        opts.reach = self.reach.clone();
         opts
     }
 }

@@ -73,23 +73,8 @@ pub struct RunOptions {
     /// soak's cgroup is the root of a cgroup namespace.
     #[arg(long, env = "SOAK_CLAIM_CGROUP", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false, num_args = 0, default_missing_value = "true")]
     pub claim_cgroup: bool,
-    /// The Docker engine for container nodes (`unix:///PATH`,
-    /// `tcp://HOST:PORT`, with TLS when `DOCKER_TLS_VERIFY` is set,
-    /// `ssh://USER@HOST`); default `DOCKER_HOST`, else the local socket.
-    #[arg(long, value_name = "URL")]
-    pub docker_host: Option<String>,
-    /// Run image nodes as Pods on the Kubernetes cluster this kubeconfig
-    /// names (instead of a Docker engine).
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
-    /// Run image nodes as Pods on the cluster `KUBECONFIG`,
-    /// `~/.kube/config` or the in-cluster service account names.
-    #[arg(long)]
-    pub kubernetes: bool,
-    /// The namespace of the Pods and claims (with --kubeconfig or
-    /// --kubernetes).
-    #[arg(long, value_name = "NS", default_value = "default")]
-    pub namespace: String,
+    #[command(flatten)]
+    pub reach: Reach,
     /// Run each cell N times (instead of the suite's `repeat:`): the report
     /// gives each figure's median and spread over the N runs.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
@@ -113,15 +98,53 @@ impl RunOptions {
             run_id: None,
             quiet: false,
             claim_cgroup: false,
-            docker_host: None,
-            kubeconfig: None,
-            kubernetes: false,
-            namespace: "default".into(),
+            reach: Reach::default(),
             repeat: None,
         }
     }
 
     /// The cluster image nodes run on, if the command line names one.
+    pub fn kube_plan(&self) -> Option<crate::driver::kubernetes::KubePlan> {
+        self.reach.kube_plan()
+    }
+}
+
+/// Where image nodes run: a Docker engine, or a Kubernetes cluster
+/// (`soak run`, `replay` and `shrink` take the same options).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Reach {
+    /// The Docker engine for container nodes (`unix:///PATH`,
+    /// `tcp://HOST:PORT`, with TLS when `DOCKER_TLS_VERIFY` is set,
+    /// `ssh://USER@HOST`); default `DOCKER_HOST`, else the local socket.
+    #[arg(long, value_name = "URL")]
+    pub docker_host: Option<String>,
+    /// Run image nodes as Pods on the Kubernetes cluster this kubeconfig
+    /// names (instead of a Docker engine).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Run image nodes as Pods on the cluster `KUBECONFIG`,
+    /// `~/.kube/config` or the in-cluster service account names.
+    #[arg(long)]
+    pub kubernetes: bool,
+    /// The namespace of the Pods and claims (with --kubeconfig or
+    /// --kubernetes).
+    #[arg(long, value_name = "NS", default_value = "default")]
+    pub namespace: String,
+}
+
+impl Default for Reach {
+    fn default() -> Reach {
+        Reach {
+            docker_host: None,
+            kubeconfig: None,
+            kubernetes: false,
+            namespace: "default".into(),
+        }
+    }
+}
+
+impl Reach {
+    /// The cluster image nodes run on, if the options name one.
     pub fn kube_plan(&self) -> Option<crate::driver::kubernetes::KubePlan> {
         (self.kubernetes || self.kubeconfig.is_some()).then(|| {
             crate::driver::kubernetes::KubePlan {
@@ -460,7 +483,7 @@ fn run_context(
         interval: opts.interval,
         real_ports: true,
         find_libraries: true,
-        docker_host: opts.docker_host.clone(),
+        docker_host: opts.reach.docker_host.clone(),
         kubernetes: opts.kube_plan(),
         suite_name: suite.name.clone(),
     })
