@@ -34,7 +34,8 @@ enum Command {
     /// real run; writes shrunk.yaml and shrink.md in the run's folder and
     /// prints shrunk.yaml's path last. Exit 0 when the shrunk suite fails
     /// as the original did, 1 when the failure was not reproduced within
-    /// the budget, 2 when there is nothing to shrink.
+    /// the budget, 2 when there is nothing to shrink, 130 when interrupted
+    /// (what was found is still written).
     Shrink(crate::replay::command::ShrinkArgs),
     /// Check suites without running anything.
     Validate {
