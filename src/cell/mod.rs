@@ -497,6 +497,7 @@ impl<'a, N: Node> Cell<'a, N> {
             self.supervise().await?;
             if self.saved_at.elapsed() >= self.save_every {
                 self.save_ledger(false).await;
+                self.save_timeline();
             }
             let now = Instant::now();
             if now >= end {
@@ -1073,7 +1074,6 @@ impl<'a, N: Node> Cell<'a, N> {
                     .map(crate::suite::emit::phase)
                     .collect(),
             });
-            self.save_timeline();
         }
         let during = c.during.mul_f64(self.ctx.scale);
         let now = start.elapsed();
@@ -1109,8 +1109,8 @@ impl<'a, N: Node> Cell<'a, N> {
         Ok(text)
     }
 
-    pub async fn run_phase(&mut self, phase: &Phase) -> Result<String, CellError> {
-        let scale = self.ctx.scale;
+    /// Runs one phase, its durations already scaled (`Phase::scaled`).
+    async fn run_phase(&mut self, phase: &Phase) -> Result<String, CellError> {
         self.phase_counter += 1;
         match phase {
             Phase::Load => self.fill().await,
@@ -1118,17 +1118,17 @@ impl<'a, N: Node> Cell<'a, N> {
                 if let Some(l) = self.load.as_deref_mut() {
                     l.resume();
                 }
-                self.hold(d.mul_f64(scale)).await?;
+                self.hold(*d).await?;
                 Ok("load applied".into())
             }
             Phase::Run(crate::suite::phase::RunFor::Ops { ops, max }) => {
-                let want = ((*ops as f64 * scale).ceil() as u64).max(1);
+                let want = *ops;
                 let Some(l) = self.load.as_deref_mut() else {
                     return Err(CellError::Setup("`run: { ops }` needs a workload".into()));
                 };
                 l.resume();
                 let from = l.stats().ops_ok();
-                let end = Instant::now() + max.mul_f64(scale);
+                let end = Instant::now() + *max;
                 loop {
                     let done = self.load.as_deref().map_or(0, |l| l.stats().ops_ok()) - from;
                     if done >= want {
@@ -1138,7 +1138,7 @@ impl<'a, N: Node> Cell<'a, N> {
                     if left.is_zero() {
                         return Ok(format!(
                             "ran out of time: {done} of {want} operations acknowledged in {}",
-                            human_duration(max.mul_f64(scale))
+                            human_duration(*max)
                         ));
                     }
                     self.hold(left.min(Duration::from_millis(100))).await?;
@@ -1146,7 +1146,7 @@ impl<'a, N: Node> Cell<'a, N> {
             }
             Phase::Wait(d) => {
                 self.pause_load().await;
-                self.hold(d.mul_f64(scale)).await?;
+                self.hold(*d).await?;
                 Ok("waited".into())
             }
             Phase::Kill(sig) => self.kill(sig.0, Cause::Kill).await,
@@ -1165,7 +1165,7 @@ impl<'a, N: Node> Cell<'a, N> {
                 let ms = self.start().await?;
                 Ok(format!("{stopped}; ready after {ms} ms"))
             }
-            Phase::Pause(d) => self.pause_node(d.mul_f64(scale)).await,
+            Phase::Pause(d) => self.pause_node(*d).await,
             Phase::Exec(e) => self.exec(e).await,
             Phase::Service(s) => {
                 let done = self.ctx.services.lock().await.act(&s.name, s.action).await;
@@ -1208,15 +1208,17 @@ impl<'a, N: Node> Cell<'a, N> {
         let mut before = self.load.as_deref().map(|l| l.stats());
         for (i, p) in phases.iter().enumerate() {
             let start_s = self.bus.t();
+            // As it runs: its durations scaled (the events keep the
+            // suite's words).
+            let ran = p.scaled(self.ctx.scale);
             if !matches!(p, Phase::Repeat { .. } | Phase::Chaos(_)) {
                 let ops = self.ops();
-                let ran = timeline::scaled(p, self.ctx.scale);
                 self.timeline.phase(start_s, ops, &ran);
             }
             self.bus.emit(Event::PhaseStarted {
                 phase: p.to_string(),
             });
-            let outcome = self.run_phase(p).await;
+            let outcome = self.run_phase(&ran).await;
             if outcome.is_ok() && p.lifts_fault() {
                 self.settle_load().await;
             }

@@ -128,7 +128,7 @@ impl Timeline {
         std::fs::rename(tmp, dir.join(FILE))
     }
 
-    /// Every chaos action, in order, with the chaos step it belongs to.
+    /// Every chaos action, in order.
     pub fn actions(&self) -> Vec<&Drawn> {
         self.steps
             .iter()
@@ -137,20 +137,6 @@ impl Timeline {
                 Step::Phase(_) => vec![],
             })
             .collect()
-    }
-}
-
-/// The phase with `--duration-scale` applied, as the cell ran it.
-pub fn scaled(p: &Phase, scale: f64) -> Phase {
-    match p {
-        Phase::Run(RunFor::Time(d)) => Phase::Run(RunFor::Time(d.mul_f64(scale))),
-        Phase::Run(RunFor::Ops { ops, max }) => Phase::Run(RunFor::Ops {
-            ops: ((*ops as f64 * scale).ceil() as u64).max(1),
-            max: max.mul_f64(scale),
-        }),
-        Phase::Pause(d) => Phase::Pause(d.mul_f64(scale)),
-        Phase::Wait(d) => Phase::Wait(d.mul_f64(scale)),
-        other => other.clone(),
     }
 }
 

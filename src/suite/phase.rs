@@ -803,6 +803,23 @@ impl<'de> Deserialize<'de> for Phase {
 }
 
 impl Phase {
+    /// The phase as a cell runs it under `--duration-scale`: its run,
+    /// wait and pause times, and a `run`'s operations, scaled (at least
+    /// one operation); every other phase as it is (a chaos phase scales
+    /// its own schedule, a repeat its phases as each runs).
+    pub fn scaled(&self, scale: f64) -> Phase {
+        match self {
+            Phase::Run(RunFor::Time(d)) => Phase::Run(RunFor::Time(d.mul_f64(scale))),
+            Phase::Run(RunFor::Ops { ops, max }) => Phase::Run(RunFor::Ops {
+                ops: ((*ops as f64 * scale).ceil() as u64).max(1),
+                max: max.mul_f64(scale),
+            }),
+            Phase::Pause(d) => Phase::Pause(d.mul_f64(scale)),
+            Phase::Wait(d) => Phase::Wait(d.mul_f64(scale)),
+            other => other.clone(),
+        }
+    }
+
     pub fn word(&self) -> &'static str {
         match self {
             Phase::Load => "load",
