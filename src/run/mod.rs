@@ -287,10 +287,8 @@ pub async fn run(
     interrupt: watch::Receiver<bool>,
     progress: &Progress,
 ) -> Result<(Summary, PathBuf), RunError> {
-    let suite = Suite::load(&opts.suite)?;
-    // What each cell's replay.yaml keeps of the suite (read again: the
-    // suite's text, as it was when the run began).
-    let suite_text = std::fs::read_to_string(&opts.suite).unwrap_or_default();
+    // The text too: each cell's replay.yaml keeps the suite as it was read.
+    let (suite, suite_text) = Suite::load_text(&opts.suite)?;
     let times = opts
         .repeat
         .unwrap_or_else(|| suite.repeat.map(|r| r.0 as u32).unwrap_or(1));

@@ -555,6 +555,11 @@ impl Suite {
 
     /// Reads and validates a suite file.
     pub fn load(file: &Path) -> Result<Suite, SuiteError> {
+        Suite::load_text(file).map(|(suite, _)| suite)
+    }
+
+    /// The suite and the text it was read from.
+    pub fn load_text(file: &Path) -> Result<(Suite, String), SuiteError> {
         let text = std::fs::read_to_string(file).map_err(|e| SuiteError {
             file: file.to_path_buf(),
             line: 0,
@@ -562,7 +567,7 @@ impl Suite {
             path: String::new(),
             message: format!("cannot read the suite: {e}"),
         })?;
-        Suite::parse(file, &text)
+        Suite::parse(file, &text).map(|suite| (suite, text))
     }
 
     pub fn parse(file: &Path, text: &str) -> Result<Suite, SuiteError> {
