@@ -446,7 +446,7 @@ fn inspect_command(dir: &std::path::Path, ledger: Option<&std::path::Path>, json
 }
 
 /// The multi-threaded runtime of a command, or `None` (said on stderr).
-fn runtime() -> Option<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> Option<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -73,16 +73,6 @@ fn failed(e: ReplayError) -> i32 {
     e.exit_code()
 }
 
-fn runtime() -> Option<tokio::runtime::Runtime> {
-    match tokio::runtime::Runtime::new() {
-        Ok(rt) => Some(rt),
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            None
-        }
-    }
-}
-
 /// `soak replay RUN [--cell ID]`: the exit code of the run it starts.
 pub fn replay(t: Target) -> i32 {
     let over = match t.overrides() {
@@ -93,7 +83,7 @@ pub fn replay(t: Target) -> i32 {
         Ok(r) => r,
         Err(e) => return failed(e),
     };
-    let Some(rt) = runtime() else {
+    let Some(rt) = crate::cli::runtime() else {
         return exit::ENVIRONMENT;
     };
     rt.block_on(async move {
@@ -137,7 +127,7 @@ pub fn shrink(a: ShrinkArgs) -> i32 {
         check: a.check,
         over,
     };
-    let Some(rt) = runtime() else {
+    let Some(rt) = crate::cli::runtime() else {
         return exit::ENVIRONMENT;
     };
     rt.block_on(async move {

@@ -233,9 +233,7 @@ impl Overrides {
         opts.reach = self.reach.clone();
         opts
     }
-}
 
-impl Overrides {
     /// `--node-command` split as a shell would, without running one.
     pub fn parse_command(s: &str) -> Result<Vec<String>, String> {
         match shlex::split(s) {

@@ -14,7 +14,6 @@
 //! waits must fail every one of at least three runs: shortening a wait is
 //! where a reliable failure turns into a race won now and then.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -108,10 +107,8 @@ struct Search<'a> {
     out: PathBuf,
     started: Instant,
     trials: Vec<Trial>,
-    seen: HashMap<(Vec<usize>, u64, Judge), bool>,
     interrupt: watch::Receiver<bool>,
     cut_short: Option<String>,
-    smallest: usize,
 }
 
 /// The check to reproduce: the one asked, which the cell must have
@@ -221,9 +218,14 @@ impl Search<'_> {
         step: &'static str,
         judge: Judge,
     ) -> Result<Option<bool>, ReplayError> {
-        let key = (s.keep.clone(), s.waits.to_bits(), judge);
-        if let Some(&failed) = self.seen.get(&key) {
-            return Ok(Some(failed));
+        // Each schedule is judged once a way (an interrupted trial ends
+        // the search, so every trial recorded here was judged whole).
+        if let Some(t) = self
+            .trials
+            .iter()
+            .find(|t| t.schedule == *s && t.judge == judge)
+        {
+            return Ok(Some(t.failed()));
         }
         if *self.interrupt.borrow() {
             self.cut_short.get_or_insert("interrupted".into());
@@ -270,9 +272,14 @@ impl Search<'_> {
         }
         trial.secs = began.elapsed().as_secs_f64();
         let failed = trial.failed();
-        if failed {
-            self.smallest = self.smallest.min(s.keep.len());
-        }
+        let smallest = self
+            .trials
+            .iter()
+            .chain([&trial])
+            .filter(|t| t.failed())
+            .map(|t| t.schedule.keep.len())
+            .min()
+            .unwrap_or(t.actions().len());
         eprintln!(
             "soak shrink: trial {no} ({step}), {}: {} ({} of {} tries, {:.1} s); smallest failing so far: {} actions; {} left",
             told(s, t.actions().len()),
@@ -280,7 +287,7 @@ impl Search<'_> {
             trial.fails,
             trial.tries,
             trial.secs,
-            self.smallest,
+            smallest,
             human_duration(self.left())
         );
         self.trials.push(trial);
@@ -288,7 +295,6 @@ impl Search<'_> {
             self.cut_short.get_or_insert("interrupted".into());
             return Ok(None);
         }
-        self.seen.insert(key, failed);
         Ok(Some(failed))
     }
 }
@@ -374,10 +380,8 @@ pub async fn search(
         out,
         started: Instant::now(),
         trials: vec![],
-        seen: HashMap::new(),
         interrupt,
         cut_short: None,
-        smallest: actions,
     };
     let any = Judge::AnyOf(opts.tries);
     let best = match s.test(&all, "original", any).await? {
