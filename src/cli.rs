@@ -445,18 +445,9 @@ fn inspect_command(dir: &std::path::Path, ledger: Option<&std::path::Path>, json
     }
 }
 
-/// The multi-threaded runtime of a command, or `None` (said on stderr).
-pub(crate) fn runtime() -> Option<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| eprintln!("error: cannot start the runtime: {e}"))
-        .ok()
-}
-
 fn verify_command(cell: &std::path::Path, target: Option<String>) -> i32 {
     use crate::verify::saved::{reverify, ReverifyError};
-    let Some(rt) = runtime() else {
+    let Some(rt) = crate::run::runtime() else {
         return exit::ENVIRONMENT;
     };
     match rt.block_on(reverify(cell, target)) {
@@ -493,7 +484,7 @@ fn verify_command(cell: &std::path::Path, target: Option<String>) -> i32 {
 }
 
 fn run_command(opts: RunOptions) -> i32 {
-    let Some(rt) = runtime() else {
+    let Some(rt) = crate::run::runtime() else {
         return exit::ENVIRONMENT;
     };
     rt.block_on(async move {

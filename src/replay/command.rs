@@ -83,7 +83,7 @@ pub fn replay(t: Target) -> i32 {
         Ok(r) => r,
         Err(e) => return failed(e),
     };
-    let Some(rt) = crate::cli::runtime() else {
+    let Some(rt) = crate::run::runtime() else {
         return exit::ENVIRONMENT;
     };
     rt.block_on(async move {
@@ -127,7 +127,7 @@ pub fn shrink(a: ShrinkArgs) -> i32 {
         check: a.check,
         over,
     };
-    let Some(rt) = crate::cli::runtime() else {
+    let Some(rt) = crate::run::runtime() else {
         return exit::ENVIRONMENT;
     };
     rt.block_on(async move {

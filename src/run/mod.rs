@@ -373,6 +373,15 @@ pub async fn run(
     Ok((summary, dir))
 }
 
+/// The multi-threaded runtime of a command, or `None` (said on stderr).
+pub fn runtime() -> Option<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| eprintln!("error: cannot start the runtime: {e}"))
+        .ok()
+}
+
 /// Each cell's verdict and findings in a line, on stderr.
 pub fn tell(summary: &Summary) {
     for c in &summary.cells {
