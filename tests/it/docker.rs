@@ -910,14 +910,7 @@ fn a_service_from_an_image_runs_on_the_engine_beside_a_process_node() {
     let run = soak_run("tests/suites/service-container.yaml", &[]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let c = run.cell();
-    let reasons: Vec<Cause> = c.restarts.iter().map(|r| r.reason).collect();
-    assert_eq!(reasons, [Cause::Kill]);
-    let cache = &c.services[0];
-    assert_eq!(
-        (cache.name.as_str(), cache.kills, cache.exited.as_deref()),
-        ("cache", 1, None)
-    );
-    assert_eq!(cache.ready_ms.len(), 2, "{cache:?}");
+    run.service_killed_once_beside_a_kill("cache");
     assert!(c.execs.iter().all(|e| e.code == Some(0)), "{:?}", c.execs);
     let log = run.file("services/cache.log");
     assert_eq!(

@@ -276,14 +276,7 @@ fn a_service_beside_the_node_outlives_its_kills_and_is_not_counted_as_the_node()
     let run = soak_run("tests/suites/service-beside.yaml", &[]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let c = run.cell();
-    let reasons: Vec<Cause> = c.restarts.iter().map(|r| r.reason).collect();
-    assert_eq!(reasons, [Cause::Kill]);
-    let web = &c.services[0];
-    assert_eq!(
-        (web.name.as_str(), web.kills, web.exited.as_deref()),
-        ("web", 1, None)
-    );
-    assert_eq!(web.ready_ms.len(), 2, "{web:?}");
+    run.service_killed_once_beside_a_kill("web");
     let log = run.file("services/web.log");
     assert_eq!(log.matches("web started").count(), 2, "{log}");
     assert!(c.execs.iter().all(|e| e.code == Some(0)), "{:?}", c.execs);

@@ -34,6 +34,21 @@ impl Run {
     pub fn cell(&self) -> &CellResult {
         &self.summary().cells[0]
     }
+    /// Checks the first cell's service `name` after a suite that killed the node
+    /// once and the service once (a `service` phase): the node's only
+    /// restart is its planned kill, and the service was killed once, never
+    /// exited by itself, and was ready twice (with the cell, and after).
+    pub fn service_killed_once_beside_a_kill(&self, name: &str) {
+        let c = self.cell();
+        let reasons: Vec<soak::model::Cause> = c.restarts.iter().map(|r| r.reason).collect();
+        assert_eq!(reasons, [soak::model::Cause::Kill]);
+        let s = &c.services[0];
+        assert_eq!(
+            (s.name.as_str(), s.kills, s.exited.as_deref()),
+            (name, 1, None)
+        );
+        assert_eq!(s.ready_ms.len(), 2, "{s:?}");
+    }
     /// A file of the first cell, by its name in `files` or its path
     /// relative to the cell's folder.
     pub fn file(&self, name: &str) -> String {
