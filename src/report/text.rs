@@ -46,6 +46,22 @@ pub(crate) fn value_text(v: &serde_json::Value, unit: &str) -> String {
     }
 }
 
+/// A check as measured against its limit, in a line:
+/// `oom_kills: 4 (limit >= 1, detail)`.
+pub(crate) fn check_text(r: &crate::model::CheckResult) -> String {
+    let detail = r
+        .detail
+        .as_ref()
+        .map(|d| format!(", {d}"))
+        .unwrap_or_default();
+    format!(
+        "{}: {} (limit {}{detail})",
+        r.name,
+        value_text(&r.value, &r.unit),
+        value_text(&r.limit, &r.unit)
+    )
+}
+
 /// One latency figure of a load, in milliseconds, or "n/a".
 pub(crate) fn ms(l: &LoadSummary, f: impl Fn(&Latency) -> u64) -> String {
     l.latency_us

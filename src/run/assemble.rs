@@ -135,19 +135,7 @@ fn expectation(expect: &crate::suite::Checks, results: &[CheckResult]) -> Expect
     Expectation {
         checks: expected
             .iter()
-            .map(|r| {
-                let detail = r
-                    .detail
-                    .as_ref()
-                    .map(|d| format!(", {d}"))
-                    .unwrap_or_default();
-                format!(
-                    "{}: {} (limit {}{detail})",
-                    r.name,
-                    crate::report::text::value_text(&r.value, &r.unit),
-                    crate::report::text::value_text(&r.limit, &r.unit)
-                )
-            })
+            .map(|r| crate::report::text::check_text(r))
             .collect(),
         incident: [
             expect.oom_kills,

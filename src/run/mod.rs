@@ -398,6 +398,27 @@ pub fn tell(summary: &Summary) {
         if let Some(e) = &c.error {
             eprintln!("soak: cell {}: {e}", c.id);
         }
+        // Which checks made it fail, so that a CI log's tail says why.
+        let failed = c.verdict == Verdict::Fail;
+        for r in c
+            .checks
+            .iter()
+            .filter(|r| failed && r.verdict == Verdict::Fail)
+        {
+            eprintln!(
+                "soak: cell {}: {} {}",
+                c.id,
+                r.verdict.as_str(),
+                crate::report::text::check_text(r)
+            );
+        }
+        if let Some(e) = c.expectation.as_ref().filter(|e| !e.met) {
+            eprintln!(
+                "soak: cell {}: expectation {}",
+                c.id,
+                e.outcome().replace("**", "")
+            );
+        }
         if let Some(l) = c.memory.oom_error_lines.first() {
             eprintln!(
                 "soak: cell {}: out of memory inside the node, {} lines of node.log: {}",
