@@ -232,6 +232,7 @@ pub fn main() -> i32 {
                 crate::driver::kubernetes::KubePlan {
                     kubeconfig,
                     namespace,
+                    network: Default::default(),
                 },
             );
             cleanup_command(run, force, docker_host, kube)

@@ -740,6 +740,7 @@ fn container_plan(
         memory: suite.limits.memory.map(|s| s.0),
         swap: suite.limits.swap.map(|s| s.0),
         kubernetes: ctx.kubernetes.clone(),
+        ports: vec![],
     }
 }
 
@@ -764,10 +765,13 @@ pub fn resolve(
             .map(|i| r.one("node.image", i))
             .transpose()?,
     };
-    let container = base
-        .image
-        .as_ref()
-        .map(|image| container_plan(suite, def, index, ctx, &dir, image));
+    let container = base.image.as_ref().map(|image| ContainerPlan {
+        ports: ["PORT", "METRICS_PORT", "PORT2", "PORT3", "PORT4"]
+            .iter()
+            .filter_map(|k| vars.get(*k)?.parse().ok())
+            .collect(),
+        ..container_plan(suite, def, index, ctx, &dir, image)
+    });
     if container.as_ref().is_some_and(|c| c.kubernetes.is_some()) {
         refuse_for_pods(suite)?;
     }

@@ -224,11 +224,12 @@ fn round_s(d: Duration) -> Duration {
 fn memory_now(t: &Target) -> Option<(&'static str, u64)> {
     use std::sync::atomic::Ordering::Relaxed;
     let pid = t.pid.load(Relaxed);
-    if pid <= 0 {
+    if pid == 0 {
         return None;
     }
     Some(match &t.engine_memory {
         Some(m) => ("memory", m.usage.load(Relaxed)),
+        None if pid < 0 => return None,
         None => (
             "RSS",
             crate::telemetry::process_tree(pid)

@@ -210,7 +210,10 @@ impl<'a, N: Node> Cell<'a, N> {
     }
 
     fn set_up(&mut self, up: bool) {
-        let pid = if up { self.node.pid().unwrap_or(0) } else { 0 };
+        let pid = match up {
+            true => self.node.pid().unwrap_or(crate::telemetry::ELSEWHERE),
+            false => 0,
+        };
         self.target.pid.store(pid, Relaxed);
         if let Some(l) = self.load.as_deref() {
             l.set_node_up(up);

@@ -33,7 +33,10 @@ impl AnyNode {
                 let client = super::kubernetes::connect(&k)
                     .await
                     .map_err(DriverError::Engine)?;
-                AnyNode::Pod(PodNode::new(spec, c, k, client))
+                let local = super::docker::engine::connect(None)
+                    .await
+                    .is_ok_and(|e| e.info.local);
+                AnyNode::Pod(PodNode::new(spec, c, k, client, local))
             }
             Some(c) => {
                 let engine = super::docker::engine::connect(c.host.as_deref())

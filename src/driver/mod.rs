@@ -62,6 +62,16 @@ pub struct EngineMemory {
     pub file: std::sync::atomic::AtomicU64,
 }
 
+impl EngineMemory {
+    /// Nothing runs: every figure 0.
+    pub fn clear(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        for v in [&self.usage, &self.anon, &self.file] {
+            v.store(0, Relaxed);
+        }
+    }
+}
+
 /// What a version of the node runs: its argv and environment, rendered.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Launch {

@@ -130,6 +130,13 @@ pub struct Reach {
     /// --kubernetes).
     #[arg(long, value_name = "NS", default_value = "default")]
     pub namespace: String,
+    /// How soak reaches a Pod's ports: `host` (the host's network; soak
+    /// runs on the Pod's machine), `port-forward` (the Pod's own network,
+    /// through the API server, from anywhere), `pod-ip` (the Pod's own
+    /// network at its address, from inside the cluster). The suite's
+    /// `127.0.0.1:${PORT}` reaches the node whichever it is.
+    #[arg(long, value_name = "HOW", value_enum, default_value = "host")]
+    pub pod_network: crate::driver::kubernetes::PodNetwork,
 }
 
 impl Default for Reach {
@@ -139,6 +146,7 @@ impl Default for Reach {
             kubeconfig: None,
             kubernetes: false,
             namespace: "default".into(),
+            pod_network: Default::default(),
         }
     }
 }
@@ -150,6 +158,7 @@ impl Reach {
             crate::driver::kubernetes::KubePlan {
                 kubeconfig: self.kubeconfig.clone(),
                 namespace: self.namespace.clone(),
+                network: self.pod_network,
             }
         })
     }

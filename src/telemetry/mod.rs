@@ -176,7 +176,8 @@ fn page_size() -> u64 {
 /// restarts.
 #[derive(Clone)]
 pub struct Target {
-    /// The node's leader pid (0: not running).
+    /// The node's leader pid (0: not running; [`ELSEWHERE`]: running where
+    /// its processes are not this machine's to read).
     pub pid: Arc<AtomicI32>,
     pub segment: Arc<AtomicU32>,
     pub cgroup: Option<Arc<Cgroup>>,
@@ -188,6 +189,10 @@ pub struct Target {
     /// and its pid is not this machine's to read.
     pub engine_memory: Option<Arc<crate::driver::EngineMemory>>,
 }
+
+/// [`Target::pid`] of a node that runs on another machine (a Pod whose
+/// kubelet's runtime is not here): up, with no process to read.
+pub const ELSEWHERE: i32 = -1;
 
 /// Bytes a directory tree takes on disk (allocated blocks, as `du`).
 pub fn disk_usage(dir: &std::path::Path) -> u64 {
@@ -282,11 +287,11 @@ impl Target {
         }
         let pids = match (&self.cgroup, pid) {
             (Some(cg), _) => cg.procs(),
-            (None, 0) => vec![],
+            (None, pid) if pid <= 0 => vec![],
             (None, pid) => process_tree(pid),
         };
         let found = match (&self.cgroup, pid) {
-            (None, pid) if self.pid_cgroup && pid != 0 => Cgroup::of_pid(pid),
+            (None, pid) if self.pid_cgroup && pid > 0 => Cgroup::of_pid(pid),
             _ => None,
         };
         let cg = self.cgroup.as_deref().or(found.as_ref());

@@ -62,6 +62,11 @@ pub struct SavedContainer {
     /// and namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes: Option<(Option<PathBuf>, String)>,
+    /// How soak reached the Pod's ports, and which they were.
+    #[serde(default)]
+    pub pod_network: crate::driver::kubernetes::PodNetwork,
+    #[serde(default)]
+    pub ports: Vec<u16>,
 }
 
 impl SavedNode {
@@ -108,6 +113,12 @@ impl SavedNode {
                 .kubernetes
                 .as_ref()
                 .map(|k| (k.kubeconfig.clone(), k.namespace.clone())),
+            pod_network: plan
+                .kubernetes
+                .as_ref()
+                .map(|k| k.network)
+                .unwrap_or_default(),
+            ports: plan.ports.clone(),
         });
         self
     }
@@ -217,8 +228,10 @@ pub async fn reverify(dir: &Path, target: Option<String>) -> Result<Reverified, 
                     crate::driver::kubernetes::KubePlan {
                         kubeconfig: kubeconfig.clone(),
                         namespace: namespace.clone(),
+                        network: c.pod_network,
                     }
                 }),
+                ports: c.ports.clone(),
             });
             let mut node = AnyNode::open(spec, container, None)
                 .await

@@ -59,6 +59,82 @@ fn the_smoke_suite_passes_with_its_node_as_a_pod_and_leaves_nothing() {
     assert!(objects_of(&id).is_empty(), "{:?}", objects_of(&id));
 }
 
+/// The Pod on a network of its own, reached at its address through CNI's
+/// bridge (`--pod-network pod-ip`, as soak inside the cluster reaches
+/// it): the same suite, the same kills and read-backs, nothing lost. The
+/// node listens on every address of its Pod (`--bind 0.0.0.0`), as a
+/// service on a Pod network must: on 127.0.0.1 alone it is refused, and
+/// soak says so.
+#[test]
+fn the_smoke_suite_passes_with_its_pod_reached_at_its_own_address() {
+    let kubeconfig = kube_cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let suite = variant(
+        &dir,
+        "suites/smoke-container.yaml",
+        &[(
+            "\"--port\", \"${PORT}\"",
+            "\"--bind\", \"0.0.0.0\", \"--port\", \"${PORT}\"",
+        )],
+    );
+    let run = soak_run(
+        &suite,
+        &[
+            "--duration-scale",
+            "0.2",
+            "--kubeconfig",
+            &kubeconfig,
+            "--pod-network",
+            "pod-ip",
+        ],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = run.cell();
+    assert!(c.integrity.verified > 1000, "{:?}", c.integrity);
+    assert_eq!((c.integrity.lost, c.integrity.corrupted), (0, 0));
+    let reasons: Vec<Cause> = c.restarts.iter().map(|r| r.reason).collect();
+    assert_eq!(reasons, [Cause::Kill, Cause::Stop]);
+    // Its process and cgroup are this machine's: read here.
+    assert!(c.memory.peak_rss_bytes > 1 << 20, "{:?}", c.memory);
+    let id = run_id(run.report_dir.as_ref().unwrap());
+    assert!(objects_of(&id).is_empty(), "{:?}", objects_of(&id));
+}
+
+/// soak off the cluster's machines, as on a laptop or a CI runner: no
+/// Docker engine of the kubelet's here (DOCKER_HOST names none), the
+/// node's ports forwarded through the API server and the kubelet
+/// (`--pod-network port-forward`), its memory from the kubelet's
+/// `/stats/summary`. A graceful stop and a start on the same claim, every
+/// acknowledged write read back through the forward.
+#[test]
+fn a_pod_off_soaks_machine_is_reached_by_port_forward_and_measured_by_its_kubelet() {
+    let kubeconfig = kube_cluster();
+    let run = soak_run_env(
+        &[("DOCKER_HOST", "unix:///nonexistent/docker.sock".to_string())],
+        "tests/suites/remote-pod.yaml",
+        &["--kubeconfig", &kubeconfig, "--pod-network", "port-forward"],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = run.cell();
+    assert!(c.integrity.verified > 1000, "{:?}", c.integrity);
+    assert_eq!((c.integrity.lost, c.integrity.corrupted), (0, 0));
+    let load = c.load.as_ref().unwrap();
+    assert!(load.sets + load.gets > 10_000, "{load:?}");
+    // The kubelet's figures of the container, none of its processes'.
+    assert!(c.memory.peak_cgroup_bytes > 1 << 20, "{:?}", c.memory);
+    assert_eq!(c.memory.peak_rss_bytes, 0, "{:?}", c.memory);
+    // Scraped through the forward too.
+    assert!(
+        c.memory.scrapes.as_ref().is_some_and(|s| s.ok > 0),
+        "{:?}",
+        c.memory.scrapes
+    );
+    let log = run.file("node.log");
+    assert_eq!(log.matches("soak-node ready").count(), 2, "{log}");
+    let id = run_id(run.report_dir.as_ref().unwrap());
+    assert!(objects_of(&id).is_empty(), "{:?}", objects_of(&id));
+}
+
 #[test]
 fn a_pod_that_outgrows_its_limit_is_oom_killed_by_its_status() {
     let kubeconfig = kube_cluster();

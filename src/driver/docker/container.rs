@@ -54,6 +54,9 @@ pub struct ContainerPlan {
     pub swap: Option<u64>,
     /// A Kubernetes cluster to run it on as a Pod, instead of an engine.
     pub kubernetes: Option<crate::driver::kubernetes::KubePlan>,
+    /// The node's ports (`${PORT}`, `${METRICS_PORT}`, `${PORT2}`...): a
+    /// Pod on a network of its own is reached at them.
+    pub ports: Vec<u16>,
 }
 
 struct Incarnation {
@@ -288,9 +291,7 @@ async fn follow_stats(docker: bollard::Docker, id: String, m: Arc<EngineMemory>)
         m.anon.store(of("anon", "rss").unwrap_or(0), Relaxed);
         m.file.store(of("file", "cache").unwrap_or(0), Relaxed);
     }
-    for v in [&m.usage, &m.anon, &m.file] {
-        v.store(0, Relaxed);
-    }
+    m.clear();
 }
 
 /// Publishes the container's end: the engine's wait, then its state, and

@@ -25,9 +25,12 @@
 //! Restarts are soak's: the Pod's `restartPolicy` is `Never`, and each
 //! start is a new Pod on the same claim.
 
+pub mod forward;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{AsyncBufReadExt, StreamExt};
@@ -47,7 +50,7 @@ use tokio::task::JoinHandle;
 use crate::driver::docker::container::ContainerPlan;
 use crate::driver::ended::{self, exit_of, EndWatch, Ended};
 use crate::driver::process::{await_ready, not_ready, NotReady, Spec};
-use crate::driver::{Death, DriverError, Exit, Exited, Launch, Node};
+use crate::driver::{Death, DriverError, EngineMemory, Exit, Exited, Launch, Node};
 
 /// The storage class of the volumes soak makes on cell folders.
 pub const STORAGE_CLASS: &str = "soak";
@@ -63,6 +66,46 @@ pub struct KubePlan {
     pub kubeconfig: Option<PathBuf>,
     /// `--namespace` (`default`).
     pub namespace: String,
+    /// `--pod-network`: how soak reaches the node's ports.
+    pub network: PodNetwork,
+}
+
+/// How soak reaches a Pod's ports (`--pod-network`). Whichever it is, the
+/// node is at `127.0.0.1:${PORT}` for the suite, as a process is.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum PodNetwork {
+    /// The host's network (`hostNetwork`): the node listens on the
+    /// loopback of the machine it runs on, so soak must run there too. No
+    /// hop.
+    #[default]
+    Host,
+    /// The Pod's own network, reached through the API server and the
+    /// kubelet (`kubectl port-forward`'s path): from anywhere the API is.
+    PortForward,
+    /// The Pod's own network, reached at the Pod's address: from inside
+    /// the cluster (soak as a Job) or one of its machines.
+    PodIp,
+}
+
+impl PodNetwork {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PodNetwork::Host => "host",
+            PodNetwork::PortForward => "port-forward",
+            PodNetwork::PodIp => "pod-ip",
+        }
+    }
 }
 
 /// A client of the cluster the plan names, checked: it answers, and soak
@@ -114,6 +157,22 @@ struct Incarnation {
     ended: EndWatch,
     logs: JoinHandle<()>,
     watch: JoinHandle<()>,
+    /// The kubelet's stats of it, followed where its process is not this
+    /// machine's to read.
+    stats: Option<JoinHandle<()>>,
+}
+
+impl Incarnation {
+    /// Stops following it (its logs go on to their end).
+    fn forget(self, memory: Option<&EngineMemory>) {
+        self.watch.abort();
+        if let Some(s) = self.stats {
+            s.abort();
+        }
+        if let Some(m) = memory {
+            m.clear();
+        }
+    }
 }
 
 /// The node's Pods across restarts, and the claim they share.
@@ -129,6 +188,12 @@ pub struct PodNode {
     /// Pods made and not deleted yet.
     made: Vec<String>,
     starts: usize,
+    /// The node's ports on this machine's loopback, with `--pod-network`
+    /// other than `host` (made by the first start).
+    forward: Option<forward::Forwarder>,
+    /// Where the Pod's process is not this machine's (the kubelet's Docker
+    /// engine is not here): its memory, from the kubelet's stats.
+    memory: Option<Arc<EngineMemory>>,
 }
 
 fn api_error(what: &str, e: kube::Error) -> DriverError {
@@ -200,8 +265,19 @@ fn stuck(pod: &Pod) -> Option<String> {
 }
 
 impl PodNode {
-    pub fn new(spec: Spec, plan: ContainerPlan, kube: KubePlan, client: kube::Client) -> PodNode {
+    /// `local`: the kubelet's Docker engine is this machine's, so the
+    /// Pod's process and cgroup are read here; else its memory comes from
+    /// the kubelet's stats.
+    pub fn new(
+        spec: Spec,
+        plan: ContainerPlan,
+        kube: KubePlan,
+        client: kube::Client,
+        local: bool,
+    ) -> PodNode {
         PodNode {
+            forward: None,
+            memory: (!local).then(Default::default),
             spec,
             image: plan.image.clone(),
             plan,
@@ -335,7 +411,7 @@ impl PodNode {
         Pod {
             metadata: self.meta(name, true),
             spec: Some(PodSpec {
-                host_network: Some(true),
+                host_network: Some(self.kube.network == PodNetwork::Host),
                 restart_policy: Some("Never".into()),
                 termination_grace_period_seconds: Some(self.spec.grace.as_secs().max(1) as i64),
                 security_context: Some(PodSecurityContext {
@@ -419,13 +495,25 @@ impl PodNode {
                 .as_ref()
                 .and_then(|s| s.container_statuses.as_ref())
                 .and_then(|c| c.first());
-            let started = status
-                .and_then(|s| s.state.as_ref())
-                .is_some_and(|s: &ContainerState| s.running.is_some() || s.terminated.is_some());
-            if started {
-                break status
-                    .and_then(|s| s.container_id.clone())
-                    .unwrap_or_default();
+            let state = status.and_then(|s| s.state.as_ref());
+            let ip = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.pod_ip.as_deref())
+                .and_then(|ip| ip.parse().ok());
+            // On its own network, a running container is reached at the
+            // Pod's address, which the kubelet reports with it.
+            let addressed = ip.is_some() || self.kube.network == PodNetwork::Host;
+            let ended = state.is_some_and(|s: &ContainerState| s.terminated.is_some());
+            if ended || (addressed && state.is_some_and(|s| s.running.is_some())) {
+                let host = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+                break (
+                    status
+                        .and_then(|s| s.container_id.clone())
+                        .unwrap_or_default(),
+                    ip,
+                    host.unwrap_or_default(),
+                );
             }
             if Instant::now() >= deadline {
                 let why = pod
@@ -450,10 +538,21 @@ impl PodNode {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
-        let pid = match runtime::docker_id(&container) {
-            Some(id) => runtime::pid(id).await.unwrap_or(0),
-            None => 0,
+        let (container, ip, host) = container;
+        let pid = match (&self.memory, runtime::docker_id(&container)) {
+            (None, Some(id)) => runtime::pid(id).await.unwrap_or(0),
+            _ => 0,
         };
+        let stats = self.memory.clone().map(|m| {
+            tokio::spawn(follow_stats(
+                self.client.clone(),
+                host,
+                self.kube.namespace.clone(),
+                name.clone(),
+                m,
+            ))
+        });
+        self.reach(&name, ip).await?;
         let logs = tokio::spawn(follow_logs(
             pods.clone(),
             name.clone(),
@@ -468,7 +567,41 @@ impl PodNode {
             ended,
             logs,
             watch,
+            stats,
         })
+    }
+
+    /// Points the node's ports on this machine at the Pod `name` (its own
+    /// network), listening on them first if need be.
+    async fn reach(&mut self, name: &str, ip: Option<std::net::IpAddr>) -> Result<(), DriverError> {
+        let way = match self.kube.network {
+            PodNetwork::Host => return Ok(()),
+            PodNetwork::PortForward => forward::Way::PortForward(Box::new(self.pods())),
+            PodNetwork::PodIp => forward::Way::PodIp,
+        };
+        if self.forward.is_none() {
+            self.forward = Some(
+                forward::Forwarder::start(&self.plan.ports, way)
+                    .await
+                    .map_err(DriverError::Io)?,
+            );
+        }
+        if let Some(f) = &self.forward {
+            f.point(Some(forward::Target {
+                pod: name.to_string(),
+                ip,
+            }));
+        }
+        Ok(())
+    }
+
+    /// The running incarnation, taken: no longer followed, and no
+    /// connection goes to it.
+    fn take_current(&mut self) -> Option<Incarnation> {
+        if let Some(f) = &self.forward {
+            f.point(None);
+        }
+        self.current.take()
     }
 
     fn current(&self) -> Result<&Incarnation, DriverError> {
@@ -499,9 +632,9 @@ impl PodNode {
     }
 
     async fn remove_all(&mut self) {
-        if let Some(c) = self.current.take() {
+        if let Some(c) = self.take_current() {
             c.logs.abort();
-            c.watch.abort();
+            c.forget(self.memory.as_deref());
         }
         let pods = self.pods();
         for name in std::mem::take(&mut self.made) {
@@ -608,6 +741,54 @@ async fn watch_end(
     }
 }
 
+/// The Pod's container's memory as its kubelet's `/stats/summary` reports
+/// it (through the API server's proxy to the node), every second until
+/// the incarnation is forgotten. The kubelet refreshes its figures at its
+/// housekeeping interval (10 s by default), so a short spike may not show.
+async fn follow_stats(
+    client: kube::Client,
+    node: String,
+    namespace: String,
+    pod: String,
+    m: Arc<EngineMemory>,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let path = format!("/api/v1/nodes/{node}/proxy/stats/summary");
+    loop {
+        let req = hyper::Request::get(&path).body(vec![]);
+        let text = match req {
+            Ok(r) => client.request_text(r).await.ok(),
+            Err(_) => None,
+        };
+        if let Some(text) = text {
+            if let Some((usage, rss)) = stats_of(&text, &namespace, &pod) {
+                m.usage.store(usage, Relaxed);
+                m.anon.store(rss, Relaxed);
+                m.file.store(usage.saturating_sub(rss), Relaxed);
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// The node container's memory usage and RSS in a kubelet's summary.
+fn stats_of(summary: &str, namespace: &str, pod: &str) -> Option<(u64, u64)> {
+    let v: serde_json::Value = serde_json::from_str(summary).ok()?;
+    let p = v["pods"]
+        .as_array()?
+        .iter()
+        .find(|p| p["podRef"]["name"] == pod && p["podRef"]["namespace"] == namespace)?;
+    let c = p["containers"]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == "node")?;
+    let m = &c["memory"];
+    Some((
+        m["usageBytes"].as_u64()?,
+        m["rssBytes"].as_u64().unwrap_or(0),
+    ))
+}
+
 /// The kubelet's container runtime on this machine (its Docker engine):
 /// the host's pid of a Pod's process, its signals and its freezer.
 mod runtime {
@@ -679,7 +860,10 @@ mod runtime {
 
 impl Node for PodNode {
     fn info(&self) -> crate::driver::NodeInfo {
-        crate::driver::NodeInfo::default()
+        crate::driver::NodeInfo {
+            engine_memory: self.memory.clone(),
+            ..Default::default()
+        }
     }
 
     async fn start(&mut self) -> Result<Duration, DriverError> {
@@ -698,16 +882,38 @@ impl Node for PodNode {
             Ok(_) => Ok(t0.elapsed()),
             Err(why @ NotReady::Exited(_)) => {
                 let oom = self.ended().is_some_and(|e| e.oom);
-                if let Some(c) = self.current.take() {
-                    let _ = tokio::time::timeout(Duration::from_secs(5), c.logs).await;
-                    c.watch.abort();
+                if let Some(mut c) = self.take_current() {
+                    let logs = std::mem::replace(&mut c.logs, tokio::spawn(async {}));
+                    c.forget(self.memory.as_deref());
+                    let _ = tokio::time::timeout(Duration::from_secs(5), logs).await;
                 }
                 Err(not_ready(&self.spec, log_from, why, oom))
             }
             Err(why) => {
+                // What the connections to the Pod met, if they never got
+                // there: the kubelet's words.
+                let reach = self.forward.as_ref().and_then(|f| f.last_error());
                 let _ = self.kill(Signal::SIGKILL).await;
-                self.current = None;
-                Err(not_ready(&self.spec, log_from, why, false))
+                if let Some(c) = self.take_current() {
+                    c.forget(self.memory.as_deref());
+                }
+                Err(match (not_ready(&self.spec, log_from, why, false), reach) {
+                    (
+                        DriverError::NeverReady {
+                            timeout,
+                            probe,
+                            log,
+                            tail,
+                        },
+                        Some(r),
+                    ) => DriverError::NeverReady {
+                        timeout,
+                        probe: format!("{probe}; soak's connections to the Pod: {r}"),
+                        log,
+                        tail,
+                    },
+                    (e, _) => e,
+                })
             }
         }
     }
@@ -718,8 +924,8 @@ impl Node for PodNode {
         // The kubelet sends the stop signal, then SIGKILL after the grace.
         delete_pod(&self.pods(), &name, grace.as_secs().max(1) as u32).await;
         let end = self.wait_end(grace + Duration::from_secs(15)).await;
-        if let Some(c) = self.current.take() {
-            c.watch.abort();
+        if let Some(c) = self.take_current() {
+            c.forget(self.memory.as_deref());
         }
         end.map(|e| e.exit).ok_or(DriverError::NotRunning)
     }
@@ -738,8 +944,8 @@ impl Node for PodNode {
             let _ = runtime::signal(&id, Signal::SIGKILL).await;
             end = self.wait_end(Duration::from_secs(15)).await;
         }
-        if let Some(c) = self.current.take() {
-            c.watch.abort();
+        if let Some(c) = self.take_current() {
+            c.forget(self.memory.as_deref());
         }
         end.map(|e| e.exit).ok_or(DriverError::NotRunning)
     }
@@ -764,8 +970,8 @@ impl Node for PodNode {
 
     fn death(&mut self) -> Death {
         let ended = self.ended();
-        if let Some(c) = self.current.take() {
-            c.watch.abort();
+        if let Some(c) = self.take_current() {
+            c.forget(self.memory.as_deref());
         }
         ended::death(ended)
     }
@@ -924,5 +1130,25 @@ mod tests {
         assert_eq!(label_value("default"), "default");
         assert_eq!(label_value("-x-"), "x");
         assert_eq!(label_value(&"a".repeat(80)).len(), 63);
+    }
+
+    #[test]
+    fn the_node_containers_memory_is_found_in_a_kubelets_summary() {
+        // The shape of a 1.20 kubelet's /stats/summary, cut down.
+        let summary = r#"{"node":{"nodeName":"localhost","memory":{"usageBytes":1}},
+          "pods":[
+            {"podRef":{"name":"soak-x-1","namespace":"other"},
+             "containers":[{"name":"node","memory":{"usageBytes":5,"rssBytes":4}}]},
+            {"podRef":{"name":"soak-x-1","namespace":"default"},
+             "containers":[
+               {"name":"sidecar","memory":{"usageBytes":7,"rssBytes":6}},
+               {"name":"node","memory":{"time":"2026-12-04T15:00:00Z","availableBytes":200,
+                "usageBytes":56000000,"workingSetBytes":40000000,"rssBytes":30000000}}]}]}"#;
+        assert_eq!(
+            stats_of(summary, "default", "soak-x-1"),
+            Some((56_000_000, 30_000_000))
+        );
+        assert_eq!(stats_of(summary, "default", "soak-x-2"), None);
+        assert_eq!(stats_of("not json", "default", "soak-x-1"), None);
     }
 }
