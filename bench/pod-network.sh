@@ -28,7 +28,7 @@ out, rounds = sys.argv[1], int(sys.argv[2])
 def figures(how):
     best = None
     for r in range(1, rounds + 1):
-        [s] = glob.glob(f"{out}/{how}-{r}/*/summary.json")
+        [s] = glob.glob(f"{out}/{how}-{r}/**/summary.json", recursive=True)
         c = json.load(open(s))["cells"][0]
         run = next(p for p in c["phases"] if p["phase"].startswith("run"))
         verify = next(p for p in c["phases"] if p["phase"].startswith("verify"))
