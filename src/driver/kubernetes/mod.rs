@@ -478,67 +478,7 @@ impl PodNode {
             .await
             .map_err(|e| api_error("creating the node's Pod", e))?;
         self.made.push(name.clone());
-        let deadline = Instant::now() + self.spec.ready_timeout;
-        let container = loop {
-            let pod = pods
-                .get(&name)
-                .await
-                .map_err(|e| api_error("reading the node's Pod", e))?;
-            if let Some(why) = stuck(&pod) {
-                return Err(DriverError::Io(format!(
-                    "the Pod {}/{name} cannot start its container: {why}",
-                    self.kube.namespace
-                )));
-            }
-            let status = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref())
-                .and_then(|c| c.first());
-            let state = status.and_then(|s| s.state.as_ref());
-            let ip = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.pod_ip.as_deref())
-                .and_then(|ip| ip.parse().ok());
-            // On its own network, a running container is reached at the
-            // Pod's address, which the kubelet reports with it.
-            let addressed = ip.is_some() || self.kube.network == PodNetwork::Host;
-            let ended = state.is_some_and(|s: &ContainerState| s.terminated.is_some());
-            if ended || (addressed && state.is_some_and(|s| s.running.is_some())) {
-                let host = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-                break (
-                    status
-                        .and_then(|s| s.container_id.clone())
-                        .unwrap_or_default(),
-                    ip,
-                    host.unwrap_or_default(),
-                );
-            }
-            if Instant::now() >= deadline {
-                let why = pod
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|c| c.status != "True")
-                    .filter_map(|c| c.message.map(|m| format!("{}: {m}", c.type_)))
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                return Err(DriverError::Io(format!(
-                    "the Pod {}/{name} did not start its container within {:?}{}",
-                    self.kube.namespace,
-                    self.spec.ready_timeout,
-                    if why.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({why})")
-                    }
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
-        let (container, ip, host) = container;
+        let (container, ip, host) = self.await_container(&pods, &name).await?;
         let pid = match (&self.memory, runtime::docker_id(&container)) {
             (None, Some(id)) => runtime::pid(id).await.unwrap_or(0),
             _ => 0,
@@ -569,6 +509,76 @@ impl PodNode {
             watch,
             stats,
         })
+    }
+
+    /// Waits for the Pod's container to run (or to end, or to be stuck on
+    /// what will not pass): its runtime id, the Pod's address and the
+    /// cluster node it runs on.
+    async fn await_container(
+        &self,
+        pods: &Api<Pod>,
+        name: &str,
+    ) -> Result<(String, Option<std::net::IpAddr>, String), DriverError> {
+        let deadline = Instant::now() + self.spec.ready_timeout;
+        loop {
+            let pod = pods
+                .get(name)
+                .await
+                .map_err(|e| api_error("reading the node's Pod", e))?;
+            if let Some(why) = stuck(&pod) {
+                return Err(DriverError::Io(format!(
+                    "the Pod {}/{name} cannot start its container: {why}",
+                    self.kube.namespace
+                )));
+            }
+            let status = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|c| c.first());
+            let state = status.and_then(|s| s.state.as_ref());
+            let ip = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.pod_ip.as_deref())
+                .and_then(|ip| ip.parse().ok());
+            // On its own network, a running container is reached at the
+            // Pod's address, which the kubelet reports with it.
+            let addressed = ip.is_some() || self.kube.network == PodNetwork::Host;
+            let ended = state.is_some_and(|s: &ContainerState| s.terminated.is_some());
+            if ended || (addressed && state.is_some_and(|s| s.running.is_some())) {
+                let host = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+                return Ok((
+                    status
+                        .and_then(|s| s.container_id.clone())
+                        .unwrap_or_default(),
+                    ip,
+                    host.unwrap_or_default(),
+                ));
+            }
+            if Instant::now() >= deadline {
+                let why = pod
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|c| c.status != "True")
+                    .filter_map(|c| c.message.map(|m| format!("{}: {m}", c.type_)))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                return Err(DriverError::Io(format!(
+                    "the Pod {}/{name} did not start its container within {:?}{}",
+                    self.kube.namespace,
+                    self.spec.ready_timeout,
+                    if why.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({why})")
+                    }
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Points the node's ports on this machine at the Pod `name` (its own
