@@ -98,16 +98,6 @@ pub enum PodNetwork {
     PodIp,
 }
 
-impl PodNetwork {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PodNetwork::Host => "host",
-            PodNetwork::PortForward => "port-forward",
-            PodNetwork::PodIp => "pod-ip",
-        }
-    }
-}
-
 /// A client of the cluster the plan names, checked: it answers, and soak
 /// may list Pods in the namespace. Errors are the API's own words with
 /// what to do.
@@ -138,7 +128,7 @@ pub async fn connect(k: &KubePlan) -> Result<kube::Client, String> {
     .map_err(|e| match &e {
         kube::Error::Api(s) if s.code == 403 => format!(
             "the Kubernetes API server {server} forbids listing Pods in namespace `{}`: {} \
-             (grant soak a Role on pods, pods/log, persistentvolumeclaims and a ClusterRole on persistentvolumes, or name another --namespace)",
+             (grant soak a Role on pods, pods/log, persistentvolumeclaims (and pods/portforward for --pod-network port-forward) and a ClusterRole on persistentvolumes (and nodes/proxy, where it reads the kubelet's stats), or name another --namespace)",
             k.namespace, s.message
         ),
         _ => format!(
