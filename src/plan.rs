@@ -237,23 +237,24 @@ fn variables(
     let mut vars = def.variables();
     // Ports for the node: `${PORT}`, `${METRICS_PORT}`, and more for nodes
     // that need several (etcd's peers, a broker's controller).
-    let [port, metrics, port2, port3, port4] = if ctx.real_ports {
+    let ports = if ctx.real_ports {
         crate::net::ports::free()
             .map_err(|e| PlanError::Environment(format!("no free port on 127.0.0.1: {e}")))?
     } else {
         [6379, 9100, 6380, 6381, 6382]
     };
-    vars.insert("PORT".into(), port.to_string());
-    vars.insert("PORT2".into(), port2.to_string());
-    vars.insert("PORT3".into(), port3.to_string());
-    vars.insert("PORT4".into(), port4.to_string());
-    vars.insert("METRICS_PORT".into(), metrics.to_string());
+    for (name, port) in NODE_PORTS.iter().zip(ports) {
+        vars.insert(name.to_string(), port.to_string());
+    }
     vars.insert("DATA_DIR".into(), data_dir.display().to_string());
     vars.insert("CELL_DIR".into(), dir.display().to_string());
     vars.insert("SOAK_NODE".into(), ctx.soak_node.clone());
     vars.insert("SUITE_DIR".into(), ctx.suite_dir.display().to_string());
     Ok(vars)
 }
+
+/// The variables of the node's ports (`${PORT}`...), each given a free port.
+const NODE_PORTS: [&str; 5] = ["PORT", "METRICS_PORT", "PORT2", "PORT3", "PORT4"];
 
 fn probe(ready: &crate::suite::Ready, at: &str, r: &Renderer) -> Result<Probe, PlanError> {
     Ok(if let Some(a) = &ready.resp {
@@ -766,7 +767,7 @@ pub fn resolve(
             .transpose()?,
     };
     let container = base.image.as_ref().map(|image| ContainerPlan {
-        ports: ["PORT", "METRICS_PORT", "PORT2", "PORT3", "PORT4"]
+        ports: NODE_PORTS
             .iter()
             .filter_map(|k| vars.get(*k)?.parse().ok())
             .collect(),

@@ -152,19 +152,6 @@ struct Incarnation {
     stats: Option<JoinHandle<()>>,
 }
 
-impl Incarnation {
-    /// Stops following it (its logs go on to their end).
-    fn forget(self, memory: Option<&EngineMemory>) {
-        self.watch.abort();
-        if let Some(s) = self.stats {
-            s.abort();
-        }
-        if let Some(m) = memory {
-            m.clear();
-        }
-    }
-}
-
 /// The node's Pods across restarts, and the claim they share.
 pub struct PodNode {
     spec: Spec,
@@ -469,6 +456,7 @@ impl PodNode {
             .map_err(|e| api_error("creating the node's Pod", e))?;
         self.made.push(name.clone());
         let (container, ip, host) = self.await_container(&pods, &name).await?;
+        self.reach(&name, ip).await?;
         let pid = match (&self.memory, runtime::docker_id(&container)) {
             (None, Some(id)) => runtime::pid(id).await.unwrap_or(0),
             _ => 0,
@@ -482,7 +470,6 @@ impl PodNode {
                 m,
             ))
         });
-        self.reach(&name, ip).await?;
         let logs = tokio::spawn(follow_logs(
             pods.clone(),
             name.clone(),
@@ -574,34 +561,43 @@ impl PodNode {
     /// Points the node's ports on this machine at the Pod `name` (its own
     /// network), listening on them first if need be.
     async fn reach(&mut self, name: &str, ip: Option<std::net::IpAddr>) -> Result<(), DriverError> {
-        let way = match self.kube.network {
-            PodNetwork::Host => return Ok(()),
-            PodNetwork::PortForward => forward::Way::PortForward(Box::new(self.pods())),
-            PodNetwork::PodIp => forward::Way::PodIp,
-        };
-        if self.forward.is_none() {
-            self.forward = Some(
-                forward::Forwarder::start(&self.plan.ports, way)
+        let forwarder = match (&self.forward, self.kube.network) {
+            (_, PodNetwork::Host) => return Ok(()),
+            (Some(f), _) => f,
+            (None, network) => {
+                let way = match network {
+                    PodNetwork::PortForward => forward::Way::PortForward(Box::new(self.pods())),
+                    _ => forward::Way::PodIp,
+                };
+                let f = forward::Forwarder::start(&self.plan.ports, way)
                     .await
-                    .map_err(DriverError::Io)?,
-            );
-        }
-        if let Some(f) = &self.forward {
-            f.point(Some(forward::Target {
-                pod: name.to_string(),
-                ip,
-            }));
-        }
+                    .map_err(DriverError::Io)?;
+                self.forward.insert(f)
+            }
+        };
+        forwarder.point(Some(forward::Target {
+            pod: name.to_string(),
+            ip,
+        }));
         Ok(())
     }
 
-    /// The running incarnation, taken: no longer followed, and no
-    /// connection goes to it.
-    fn take_current(&mut self) -> Option<Incarnation> {
+    /// Forgets the running incarnation: its end and memory are no longer
+    /// followed, and no connection goes to it. Returns the task following
+    /// its logs, which go on to their end.
+    fn take_current(&mut self) -> Option<JoinHandle<()>> {
         if let Some(f) = &self.forward {
             f.point(None);
         }
-        self.current.take()
+        let c = self.current.take()?;
+        c.watch.abort();
+        if let Some(s) = c.stats {
+            s.abort();
+        }
+        if let Some(m) = &self.memory {
+            m.clear();
+        }
+        Some(c.logs)
     }
 
     fn current(&self) -> Result<&Incarnation, DriverError> {
@@ -632,9 +628,8 @@ impl PodNode {
     }
 
     async fn remove_all(&mut self) {
-        if let Some(c) = self.take_current() {
-            c.logs.abort();
-            c.forget(self.memory.as_deref());
+        if let Some(logs) = self.take_current() {
+            logs.abort();
         }
         let pods = self.pods();
         for name in std::mem::take(&mut self.made) {
@@ -882,9 +877,7 @@ impl Node for PodNode {
             Ok(_) => Ok(t0.elapsed()),
             Err(why @ NotReady::Exited(_)) => {
                 let oom = self.ended().is_some_and(|e| e.oom);
-                if let Some(mut c) = self.take_current() {
-                    let logs = std::mem::replace(&mut c.logs, tokio::spawn(async {}));
-                    c.forget(self.memory.as_deref());
+                if let Some(logs) = self.take_current() {
                     let _ = tokio::time::timeout(Duration::from_secs(5), logs).await;
                 }
                 Err(not_ready(&self.spec, log_from, why, oom))
@@ -894,9 +887,7 @@ impl Node for PodNode {
                 // there: the kubelet's words.
                 let reach = self.forward.as_ref().and_then(|f| f.last_error());
                 let _ = self.kill(Signal::SIGKILL).await;
-                if let Some(c) = self.take_current() {
-                    c.forget(self.memory.as_deref());
-                }
+                self.take_current();
                 Err(match (not_ready(&self.spec, log_from, why, false), reach) {
                     (
                         DriverError::NeverReady {
@@ -924,9 +915,7 @@ impl Node for PodNode {
         // The kubelet sends the stop signal, then SIGKILL after the grace.
         delete_pod(&self.pods(), &name, grace.as_secs().max(1) as u32).await;
         let end = self.wait_end(grace + Duration::from_secs(15)).await;
-        if let Some(c) = self.take_current() {
-            c.forget(self.memory.as_deref());
-        }
+        self.take_current();
         end.map(|e| e.exit).ok_or(DriverError::NotRunning)
     }
 
@@ -944,9 +933,7 @@ impl Node for PodNode {
             let _ = runtime::signal(&id, Signal::SIGKILL).await;
             end = self.wait_end(Duration::from_secs(15)).await;
         }
-        if let Some(c) = self.take_current() {
-            c.forget(self.memory.as_deref());
-        }
+        self.take_current();
         end.map(|e| e.exit).ok_or(DriverError::NotRunning)
     }
 
@@ -970,9 +957,7 @@ impl Node for PodNode {
 
     fn death(&mut self) -> Death {
         let ended = self.ended();
-        if let Some(c) = self.take_current() {
-            c.forget(self.memory.as_deref());
-        }
+        self.take_current();
         ended::death(ended)
     }
 
