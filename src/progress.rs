@@ -228,9 +228,9 @@ fn memory_now(t: &Target) -> Option<(&'static str, u64)> {
         return None;
     }
     Some(match &t.engine_memory {
-        Some(m) => ("memory", m.usage.load(Relaxed)),
-        None if pid < 0 => return None,
-        None => (
+        Some(m) if pid < 0 => ("memory", m.usage.load(Relaxed)),
+        _ if pid < 0 => return None,
+        _ => (
             "RSS",
             crate::telemetry::process_tree(pid)
                 .into_iter()

@@ -33,10 +33,7 @@ impl AnyNode {
                 let client = super::kubernetes::connect(&k)
                     .await
                     .map_err(DriverError::Engine)?;
-                let local = super::docker::engine::connect(None)
-                    .await
-                    .is_ok_and(|e| e.info.local);
-                AnyNode::Pod(PodNode::new(spec, c, k, client, local))
+                AnyNode::Pod(PodNode::new(spec, c, k, client))
             }
             Some(c) => {
                 let engine = super::docker::engine::connect(c.host.as_deref())

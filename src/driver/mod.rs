@@ -135,8 +135,8 @@ pub struct NodeInfo {
     /// The Docker engine a container runs on (its version, kernel,
     /// cgroup version, whether it is this machine's).
     pub engine: Option<crate::model::EngineInfo>,
-    /// The engine's memory figures of the container, where soak cannot
-    /// read its cgroup itself (a remote engine).
+    /// The engine's memory figures of the container, for when soak cannot
+    /// read its cgroup itself (a remote engine, a Pod on another machine).
     pub engine_memory: Option<std::sync::Arc<EngineMemory>>,
 }
 

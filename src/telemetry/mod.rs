@@ -185,13 +185,14 @@ pub struct Target {
     /// Without a cgroup of soak's: read the one the node's process is in
     /// (a container's, which its engine made and remakes at each start).
     pub pid_cgroup: bool,
-    /// A node on a remote engine: its memory is what the engine reports,
-    /// and its pid is not this machine's to read.
+    /// The node's memory as its engine (or kubelet) reports it, read
+    /// while the node runs elsewhere (`pid` is [`ELSEWHERE`]).
     pub engine_memory: Option<Arc<crate::driver::EngineMemory>>,
 }
 
-/// [`Target::pid`] of a node that runs on another machine (a Pod whose
-/// kubelet's runtime is not here): up, with no process to read.
+/// [`Target::pid`] of a node that runs on another machine (a remote
+/// engine's container, a Pod on another machine): up, with no process to
+/// read.
 pub const ELSEWHERE: i32 = -1;
 
 /// Bytes a directory tree takes on disk (allocated blocks, as `du`).
@@ -282,7 +283,7 @@ impl Target {
     /// took.
     pub fn sample(&self, t: f64, pss: bool) -> (Sample, Duration) {
         let pid = self.pid.load(Relaxed);
-        if let Some(m) = &self.engine_memory {
+        if let (Some(m), true) = (&self.engine_memory, pid <= 0) {
             return (self.sample_remote(t, pid, m), Duration::ZERO);
         }
         let pids = match (&self.cgroup, pid) {

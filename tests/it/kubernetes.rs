@@ -1,8 +1,9 @@
-//! Nodes as Pods on a real Kubernetes cluster (scripts/kube: Debian's
-//! kubernetes 1.20.2, an API server, controller manager, scheduler and
-//! kubelet on the Docker engine): kills through the kubelet's runtime,
-//! the data kept on the claim and read back after each kill, OOM kills
-//! from the Pod's status, and nothing left, not even by a killed soak.
+//! Nodes as Pods on a real Kubernetes cluster (scripts/kube: an API
+//! server, controller manager, scheduler and kubelet of the current
+//! release on containerd, or with SOAK_KUBE_VERSION=1.20.2 Debian's 1.20
+//! on the Docker engine): kills of the Pod's process on this machine, the
+//! data kept on the claim and read back after each kill, OOM kills from
+//! the Pod's status, and nothing left, not even by a killed soak.
 
 use crate::common;
 
@@ -100,16 +101,27 @@ fn the_smoke_suite_passes_with_its_pod_reached_at_its_own_address() {
     assert!(objects_of(&id).is_empty(), "{:?}", objects_of(&id));
 }
 
-/// soak off the cluster's machines, as on a laptop or a CI runner: no
-/// Docker engine of the kubelet's here (DOCKER_HOST names none), the
-/// node's ports forwarded through the API server and the kubelet
-/// (`--pod-network port-forward`), its memory from the kubelet's
+/// soak off the cluster's machines, as on a laptop or a CI runner: none
+/// of the kubelet's cgroups in sight (soak runs in a mount namespace with
+/// an empty /sys/fs/cgroup) and no Docker engine (DOCKER_HOST names
+/// none), the node's ports forwarded through the API server and the
+/// kubelet (`--pod-network port-forward`), its memory from the kubelet's
 /// `/stats/summary`. A graceful stop and a start on the same claim, every
 /// acknowledged write read back through the forward.
 #[test]
 fn a_pod_off_soaks_machine_is_reached_by_port_forward_and_measured_by_its_kubelet() {
     let kubeconfig = kube_cluster();
-    let run = soak_run_env(
+    let run = soak_run_with(
+        &[
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "mount -t tmpfs elsewhere /sys/fs/cgroup && exec \"$@\"",
+            "sh",
+        ],
         &[("DOCKER_HOST", "unix:///nonexistent/docker.sock".to_string())],
         "tests/suites/remote-pod.yaml",
         &["--kubeconfig", &kubeconfig, "--pod-network", "port-forward"],

@@ -17,15 +17,17 @@
 //! the exit code; 128 + N is signal N); logs are followed into node.log
 //! through the API. A graceful stop deletes the Pod with the suite's grace
 //! (the kubelet sends the stop signal, then SIGKILL). A kill is a signal
-//! to the node's process through the container runtime on the machine the
-//! Pod runs on, as Chaos Mesh's chaos daemon does, not a Pod deletion: a
-//! deletion with grace 0 is still SIGTERM and, two seconds later, SIGKILL
-//! in the kubelet (its minimum grace), so the node would get its chance to
-//! flush that a SIGKILL denies it. Pause is that runtime's freezer too.
+//! to the node's process on the machine the Pod runs on, found by its
+//! container's cgroup whatever the runtime ([`local`]), as Chaos Mesh's
+//! chaos daemon does, not a Pod deletion: a deletion with grace 0 is still
+//! SIGTERM and, two seconds later, SIGKILL in the kubelet (its minimum
+//! grace), so the node would get its chance to flush that a SIGKILL
+//! denies it. Pause is that cgroup's freezer, as a runtime's pause is.
 //! Restarts are soak's: the Pod's `restartPolicy` is `Never`, and each
 //! start is a new Pod on the same claim.
 
 pub mod forward;
+mod local;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -141,9 +143,10 @@ pub async fn connect(k: &KubePlan) -> Result<kube::Client, String> {
 
 struct Incarnation {
     name: String,
-    /// The container runtime's id (`docker://...`).
+    /// The container runtime's id (`containerd://...`).
     container: String,
-    pid: i32,
+    /// Its process and freezer, when it runs on this machine.
+    local: Option<local::Local>,
     ended: EndWatch,
     logs: JoinHandle<()>,
     watch: JoinHandle<()>,
@@ -168,9 +171,10 @@ pub struct PodNode {
     /// The node's ports on this machine's loopback, with `--pod-network`
     /// other than `host` (made by the first start).
     forward: Option<forward::Forwarder>,
-    /// Where the Pod's process is not this machine's (the kubelet's Docker
-    /// engine is not here): its memory, from the kubelet's stats.
-    memory: Option<Arc<EngineMemory>>,
+    /// The container's memory from the kubelet's stats, for a Pod whose
+    /// process is not this machine's to read (the sampler reads it while
+    /// the node's pid is `telemetry::ELSEWHERE`).
+    memory: Arc<EngineMemory>,
 }
 
 fn api_error(what: &str, e: kube::Error) -> DriverError {
@@ -242,19 +246,10 @@ fn stuck(pod: &Pod) -> Option<String> {
 }
 
 impl PodNode {
-    /// `local`: the kubelet's Docker engine is this machine's, so the
-    /// Pod's process and cgroup are read here; else its memory comes from
-    /// the kubelet's stats.
-    pub fn new(
-        spec: Spec,
-        plan: ContainerPlan,
-        kube: KubePlan,
-        client: kube::Client,
-        local: bool,
-    ) -> PodNode {
+    pub fn new(spec: Spec, plan: ContainerPlan, kube: KubePlan, client: kube::Client) -> PodNode {
         PodNode {
             forward: None,
-            memory: (!local).then(Default::default),
+            memory: Default::default(),
             spec,
             image: plan.image.clone(),
             plan,
@@ -457,17 +452,20 @@ impl PodNode {
         self.made.push(name.clone());
         let (container, ip, host) = self.await_container(&pods, &name).await?;
         self.reach(&name, ip).await?;
-        let pid = match (&self.memory, runtime::docker_id(&container)) {
-            (None, Some(id)) => runtime::pid(id).await.unwrap_or(0),
-            _ => 0,
-        };
-        let stats = self.memory.clone().map(|m| {
+        // Its process and cgroup are read here when it runs here; else
+        // the kubelet's stats say what it holds.
+        let found = container.clone();
+        let local = tokio::task::spawn_blocking(move || local::Local::find(&found))
+            .await
+            .ok()
+            .flatten();
+        let stats = local.is_none().then(|| {
             tokio::spawn(follow_stats(
                 self.client.clone(),
                 host,
                 self.kube.namespace.clone(),
                 name.clone(),
-                m,
+                self.memory.clone(),
             ))
         });
         let logs = tokio::spawn(follow_logs(
@@ -476,11 +474,11 @@ impl PodNode {
             self.spec.log.clone(),
         ));
         let (tx, ended) = watch::channel(None);
-        let watch = tokio::spawn(watch_end(pods.clone(), name.clone(), container.clone(), tx));
+        let watch = tokio::spawn(watch_end(pods.clone(), name.clone(), tx));
         Ok(Incarnation {
             name,
             container,
-            pid,
+            local,
             ended,
             logs,
             watch,
@@ -594,9 +592,7 @@ impl PodNode {
         if let Some(s) = c.stats {
             s.abort();
         }
-        if let Some(m) = &self.memory {
-            m.clear();
-        }
+        self.memory.clear();
         Some(c.logs)
     }
 
@@ -612,19 +608,18 @@ impl PodNode {
         ended::within(self.current.as_ref().map(|c| &c.ended), d).await
     }
 
-    /// The container runtime's id of the running container, for a signal
-    /// or the freezer: the runtime must be this machine's Docker engine.
-    fn runtime_id(&self) -> Result<String, DriverError> {
+    /// The running container's process and freezer on this machine, for a
+    /// signal or a pause.
+    fn local(&self) -> Result<&local::Local, DriverError> {
         let c = self.current()?;
-        runtime::docker_id(&c.container)
-            .map(str::to_string)
-            .ok_or_else(|| {
-                DriverError::Io(format!(
-                    "the Pod {} runs its container on `{}`: soak signals a Pod's process through the \
-                     kubelet's Docker engine on this machine, and this is not one",
-                    c.name, c.container
-                ))
-            })
+        c.local.as_ref().ok_or_else(|| {
+            DriverError::Io(format!(
+                "the Pod {}'s container ({}) does not run on this machine: soak signals and \
+                 freezes a Pod's process on the machine it runs on (its cgroup beneath the \
+                 kubelet's kubepods); run soak there, or use stop and start instead",
+                c.name, c.container
+            ))
+        })
     }
 
     async fn remove_all(&mut self) {
@@ -692,12 +687,7 @@ async fn follow_logs(pods: Api<Pod>, name: String, path: PathBuf) {
 /// is gone before its status said how (a graceful stop the kubelet
 /// finished at once) ended as the container runtime says, and an API that
 /// does not answer for 30 s lost it.
-async fn watch_end(
-    pods: Api<Pod>,
-    name: String,
-    container: String,
-    tx: watch::Sender<Option<Ended>>,
-) {
+async fn watch_end(pods: Api<Pod>, name: String, tx: watch::Sender<Option<Ended>>) {
     let mut failing_since: Option<Instant> = None;
     loop {
         match pods.get_opt(&name).await {
@@ -709,15 +699,12 @@ async fn watch_end(
                 }
             }
             Ok(None) => {
-                let said = match runtime::docker_id(&container) {
-                    Some(id) => runtime::ended(id).await,
-                    None => None,
-                };
-                let _ = tx.send(Some(said.unwrap_or(Ended {
+                // Deleted by someone else: what ended it is gone with it.
+                let _ = tx.send(Some(Ended {
                     exit: Exit::Signal(Signal::SIGKILL as i32),
                     oom: false,
                     lost: false,
-                })));
+                }));
                 return;
             }
             Err(_) => {
@@ -784,79 +771,10 @@ fn stats_of(summary: &str, namespace: &str, pod: &str) -> Option<(u64, u64)> {
     ))
 }
 
-/// The kubelet's container runtime on this machine (its Docker engine):
-/// the host's pid of a Pod's process, its signals and its freezer.
-mod runtime {
-    use bollard::query_parameters::{InspectContainerOptions, KillContainerOptions};
-
-    /// The Docker id in a container status's `docker://ID`.
-    pub fn docker_id(container: &str) -> Option<&str> {
-        container.strip_prefix("docker://")
-    }
-
-    async fn docker() -> Option<bollard::Docker> {
-        crate::driver::docker::engine::connect(None)
-            .await
-            .ok()
-            .filter(|e| e.info.local)
-            .map(|e| e.docker)
-    }
-
-    pub async fn pid(id: &str) -> Option<i32> {
-        let d = docker().await?;
-        let i = d
-            .inspect_container(id, None::<InspectContainerOptions>)
-            .await
-            .ok()?;
-        i.state.and_then(|s| s.pid).map(|p| p as i32)
-    }
-
-    /// How the container ended, as the runtime still knows it.
-    pub async fn ended(id: &str) -> Option<super::Ended> {
-        let d = docker().await?;
-        let s = d
-            .inspect_container(id, None::<InspectContainerOptions>)
-            .await
-            .ok()?
-            .state?;
-        (s.running != Some(true)).then(|| super::Ended {
-            exit: super::exit_of(s.exit_code.unwrap_or(-1)),
-            oom: s.oom_killed.unwrap_or(false),
-            lost: false,
-        })
-    }
-
-    pub async fn signal(id: &str, sig: nix::sys::signal::Signal) -> Result<(), String> {
-        let d = docker()
-            .await
-            .ok_or("the kubelet's Docker engine does not answer on this machine")?;
-        d.kill_container(
-            id,
-            Some(KillContainerOptions {
-                signal: sig.as_str().to_string(),
-            }),
-        )
-        .await
-        .map_err(|e| crate::net::error_chain(&e))
-    }
-
-    pub async fn freeze(id: &str, frozen: bool) -> Result<(), String> {
-        let d = docker()
-            .await
-            .ok_or("the kubelet's Docker engine does not answer on this machine")?;
-        let r = if frozen {
-            d.pause_container(id).await
-        } else {
-            d.unpause_container(id).await
-        };
-        r.map_err(|e| crate::net::error_chain(&e))
-    }
-}
-
 impl Node for PodNode {
     fn info(&self) -> crate::driver::NodeInfo {
         crate::driver::NodeInfo {
-            engine_memory: self.memory.clone(),
+            engine_memory: Some(self.memory.clone()),
             ..Default::default()
         }
     }
@@ -920,17 +838,14 @@ impl Node for PodNode {
     }
 
     async fn kill(&mut self, sig: Signal) -> Result<Exit, DriverError> {
-        let id = self.runtime_id()?;
-        if let Err(e) = runtime::signal(&id, sig).await {
+        if let Err(e) = self.local()?.signal(sig) {
             if self.wait_end(Duration::from_secs(1)).await.is_none() {
-                return Err(DriverError::Io(format!(
-                    "signalling the Pod's process: {e}"
-                )));
+                return Err(DriverError::Io(e));
             }
         }
         let mut end = self.wait_end(Duration::from_secs(15)).await;
         if end.is_none() {
-            let _ = runtime::signal(&id, Signal::SIGKILL).await;
+            let _ = self.local()?.signal(Signal::SIGKILL);
             end = self.wait_end(Duration::from_secs(15)).await;
         }
         self.take_current();
@@ -938,13 +853,11 @@ impl Node for PodNode {
     }
 
     async fn pause(&mut self) -> Result<(), DriverError> {
-        let id = self.runtime_id()?;
-        runtime::freeze(&id, true).await.map_err(DriverError::Io)
+        self.local()?.freeze(true).map_err(DriverError::Io)
     }
 
     async fn resume(&mut self) -> Result<(), DriverError> {
-        let id = self.runtime_id()?;
-        runtime::freeze(&id, false).await.map_err(DriverError::Io)
+        self.local()?.freeze(false).map_err(DriverError::Io)
     }
 
     fn exited(&self) -> Exited {
@@ -966,7 +879,10 @@ impl Node for PodNode {
     }
 
     fn pid(&self) -> Option<i32> {
-        self.current.as_ref().map(|c| c.pid).filter(|p| *p > 0)
+        self.current
+            .as_ref()
+            .and_then(|c| c.local.as_ref())
+            .map(|l| l.pid())
     }
 
     async fn set_memory_limit(&mut self, _bytes: u64) -> Result<String, DriverError> {

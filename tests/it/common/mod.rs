@@ -276,17 +276,17 @@ pub fn kube_cluster() -> String {
     }
 }
 
-/// `kubectl` of the test cluster's build, with its kubeconfig.
+/// `kubectl` of the test cluster's build, with its kubeconfig
+/// (`scripts/kube kubectl`).
 #[allow(dead_code)]
 pub fn kubectl(args: &[&str]) -> String {
-    let kubeconfig = kube_cluster();
-    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
-    let out = Command::new(format!("{home}/.cache/soak/kubernetes/1.20.2/bin/kubectl"))
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
+    kube_cluster();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(root.join("scripts/kube"))
+        .arg("kubectl")
         .args(args)
         .output()
-        .expect("the test cluster's kubectl");
+        .expect("scripts/kube kubectl");
     assert!(
         out.status.success(),
         "kubectl {args:?}: {}",

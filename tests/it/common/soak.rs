@@ -91,7 +91,9 @@ pub fn soak_run_env(env: &[(&str, String)], suite_file: &str, extra: &[&str]) ->
     soak_run_with(&[], env, suite_file, extra)
 }
 
-fn soak_run_with(
+/// Both: a wrapper command and variables.
+#[allow(dead_code)]
+pub fn soak_run_with(
     wrapper: &[&str],
     env: &[(&str, String)],
     suite_file: &str,
