@@ -10,9 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-2}
 scripts/dockerd
-kubeconfig=$(scripts/kube start | tail -1)
 cargo build --locked -q --bin soak
 containers/build >/dev/null
+# After the images: a start brings them to the cluster's runtime.
+kubeconfig=$(scripts/kube start | tail -1)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for r in $(seq "$rounds"); do
