@@ -1,5 +1,6 @@
 //! soak's loads over protocols other than RESP against a named peer on the
-//! same endpoint, in the same run, three interleaved rounds, medians:
+//! same endpoint, in the same run, interleaved rounds (three unless told),
+//! medians:
 //!
 //! - HTTP: soak's `http` load on etcd's v3 JSON gateway against `wrk`
 //!   (reads: `/v3/kv/range`; writes: `/v3/kv/put`), 8 connections each,
@@ -12,7 +13,13 @@
 //! - The adapter's cost: the same PostgreSQL load through
 //!   `adapters/postgres.py` (psycopg2) against soak's built-in client.
 //!
-//!     cargo run --example protocols [seconds per run, default 5] [http|postgres]
+//!     cargo run --example protocols [seconds per run, default 5] [http|postgres] [rounds, default 3]
+//!
+//! For HTTP it also prints each round's ratio (soak's rate over wrk's in
+//! the same round, so that the machine's noise hits both alike) and their
+//! mean with a 95% confidence interval: on this 2-core machine etcd takes
+//! about 90% of the CPU, so the rate is etcd's and the ratio's spread is
+//! the noise's.
 //!
 //! Needs etcd, wrk, PostgreSQL and psycopg2 (`scripts/deps --tests`).
 //! Prints markdown tables for docs/src/protocols.md.
@@ -31,6 +38,7 @@ use need_tool::need;
 const CONNECTIONS: usize = 8;
 const KEYS: usize = 10_000;
 const VALUE: usize = 100;
+/// Interleaved rounds of each tool, unless the command line says.
 const ROUNDS: usize = 3;
 
 struct Server(Child);
@@ -186,7 +194,26 @@ end
         .unwrap_or_else(|| panic!("no figure from wrk: {text}"))
 }
 
-async fn http_vs_wrk(secs: f64) {
+/// The mean of paired ratios and its 95% confidence interval (Student's
+/// t for few rounds).
+fn mean_ci(r: &[f64]) -> (f64, f64, f64) {
+    let n = r.len() as f64;
+    let mean = r.iter().sum::<f64>() / n;
+    if r.len() < 2 {
+        return (mean, mean, mean);
+    }
+    let sd = (r.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+    // t(0.975, n - 1) for n - 1 = 1..=30, then the normal's.
+    const T: [f64; 30] = [
+        12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14, 2.13,
+        2.12, 2.11, 2.10, 2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05, 2.05, 2.04,
+    ];
+    let t = T.get(r.len() - 2).copied().unwrap_or(1.96);
+    let half = t * sd / n.sqrt();
+    (mean, mean - half, mean + half)
+}
+
+async fn http_vs_wrk(secs: f64, rounds: usize) {
     need("etcd", "etcd-server");
     need("wrk", "wrk");
     let dir = tempfile::tempdir().unwrap();
@@ -217,6 +244,7 @@ async fn http_vs_wrk(secs: f64) {
     // A valid base64 value of VALUE bytes ("aaa" is "YWFh"): etcd's
     // gateway answers 400 to anything else, and wrk counts those too.
     let value = format!("{}YQ==", "YWFh".repeat(VALUE / 3));
+    let mut ratios = vec![];
     println!("\n| etcd v3 gateway | wrk ops/s | soak ops/s | soak / wrk | wrk CPU µs/op | soak CPU µs/op |\n|---|---:|---:|---:|---:|---:|");
     for (name, engine, path, body) in [
         (
@@ -233,7 +261,7 @@ async fn http_vs_wrk(secs: f64) {
         ),
     ] {
         let (mut theirs, mut ours, mut their_cpu, mut our_cpu) = (vec![], vec![], 0.0, 0.0);
-        for _ in 0..ROUNDS {
+        for _ in 0..rounds {
             let before = cpu(libc::RUSAGE_CHILDREN);
             theirs.push(wrk(port, path, &body, secs, dir.path()));
             their_cpu += cpu(libc::RUSAGE_CHILDREN) - before;
@@ -243,10 +271,22 @@ async fn http_vs_wrk(secs: f64) {
         }
         let ops = |v: &[f64]| v.iter().sum::<f64>() * secs;
         let (per_theirs, per_ours) = (their_cpu / ops(&theirs) * 1e6, our_cpu / ops(&ours) * 1e6);
+        let paired: Vec<f64> = ours.iter().zip(&theirs).map(|(o, t)| o / t).collect();
+        ratios.push((name, paired));
         let (t, o) = (median(theirs), median(ours));
         println!(
             "| {name} | {t:.0} | {o:.0} | {:.2}x | {per_theirs:.1} | {per_ours:.1} |",
             o / t
+        );
+    }
+    println!("\n| etcd v3 gateway | rounds | soak / wrk, each round | mean | 95% CI |\n|---|---:|---|---:|---|");
+    for (name, r) in ratios {
+        let (mean, low, high) = mean_ci(&r);
+        let each: Vec<String> = r.iter().map(|x| format!("{x:.2}")).collect();
+        println!(
+            "| {name} | {} | {} | {mean:.3}x | [{low:.3}, {high:.3}] |",
+            r.len(),
+            each.join(" ")
         );
     }
 }
@@ -429,8 +469,12 @@ async fn main() {
         .map(|a| a.parse().expect("seconds per run"))
         .unwrap_or(5.0);
     let only = std::env::args().nth(2);
+    let rounds: usize = std::env::args()
+        .nth(3)
+        .map(|a| a.parse().expect("rounds"))
+        .unwrap_or(ROUNDS);
     if only.as_deref().is_none_or(|o| o == "http") {
-        http_vs_wrk(secs).await;
+        http_vs_wrk(secs, rounds).await;
     }
     if only.as_deref().is_none_or(|o| o == "postgres") {
         postgres_vs_pgbench_and_the_adapter(secs).await;
