@@ -461,7 +461,13 @@ impl Node for ContainerNode {
         self.current.is_some() && self.ended().is_none()
     }
 
+    /// The container's pid on this machine; none on a remote engine,
+    /// whose pids are another machine's (the sampler then reads the
+    /// engine's stats).
     fn pid(&self) -> Option<i32> {
+        if !self.engine.info.local {
+            return None;
+        }
         self.current.as_ref().map(|c| c.pid).filter(|p| *p > 0)
     }
 
