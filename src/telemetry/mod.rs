@@ -245,6 +245,14 @@ pub fn rss_of(pid: i32) -> u64 {
     memory_of(pid).0
 }
 
+/// A process's parent, from `/proc/PID/stat` (after the command's `)`,
+/// which may itself hold spaces and parentheses).
+pub fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// The leader and its descendants, from `/proc/*/stat`.
 pub fn process_tree(root: i32) -> Vec<i32> {
     let mut parent_of = vec![];
@@ -253,17 +261,7 @@ pub fn process_tree(root: i32) -> Vec<i32> {
             let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
                 continue;
             };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            let Some((_, rest)) = stat.rsplit_once(')') else {
-                continue;
-            };
-            if let Some(ppid) = rest
-                .split_whitespace()
-                .nth(1)
-                .and_then(|p| p.parse::<i32>().ok())
-            {
+            if let Some(ppid) = self::parent_of(pid) {
                 parent_of.push((pid, ppid));
             }
         }

@@ -221,14 +221,8 @@ fn first_process(procs: &[i32]) -> Option<i32> {
     procs
         .iter()
         .copied()
-        .filter(|p| parent_of(*p).is_some_and(|pp| !procs.contains(&pp)))
+        .filter(|p| crate::telemetry::parent_of(*p).is_some_and(|pp| !procs.contains(&pp)))
         .min()
-}
-
-fn parent_of(pid: i32) -> Option<i32> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 #[cfg(test)]
