@@ -37,6 +37,14 @@ enum Command {
     /// the budget, 2 when there is nothing to shrink, 130 when interrupted
     /// (what was found is still written).
     Shrink(crate::replay::command::ShrinkArgs),
+    /// Check a history for linearizability: Jepsen's log or EDN, Porcupine's
+    /// JSON, soak's JSON lines or a cell's history.bin.gz. Exit 0 when it is
+    /// linearizable, 1 when it is not, 2 when the file is not a history
+    /// (its line named), 3 when the search ran out of its budget.
+    CheckHistory(crate::history::command::CheckArgs),
+    /// Write a cell's recorded history in Jepsen's EDN, Porcupine's JSON or
+    /// soak's JSON lines, for Elle, Knossos, Porcupine or your own tools.
+    History(crate::history::command::ExportArgs),
     /// Check suites without running anything.
     Validate {
         #[arg(required = true)]
@@ -208,6 +216,8 @@ pub fn main() -> i32 {
     };
     match cli.command {
         Command::Validate { suites } => validate_command(suites),
+        Command::CheckHistory(a) => crate::history::command::check_history(a),
+        Command::History(a) => crate::history::command::export(a),
         Command::Schema { summary } => {
             if summary {
                 let schema = schemars::schema_for!(crate::model::Summary);

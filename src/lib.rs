@@ -18,6 +18,7 @@ pub mod exit;
 pub mod faults;
 pub mod glob;
 pub mod gzcsv;
+pub mod history;
 pub mod lock;
 pub mod model;
 pub mod net;
