@@ -77,6 +77,8 @@ async fn soak(port: u16, test: &str, pipeline: usize, secs: f64) -> f64 {
         timeout: Duration::from_secs(5),
         seed: 1,
         distribution: Distribution::Uniform,
+        members: vec![],
+        rotate: false,
     };
     let mut engine = Load::new(cfg);
     if test == "get" {

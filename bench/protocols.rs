@@ -96,6 +96,8 @@ fn config(protocol: protocol::Spec, get: f64) -> LoadConfig {
         timeout: Duration::from_secs(5),
         seed: 1,
         distribution: Distribution::Uniform,
+        members: vec![],
+        rotate: false,
     }
 }
 

@@ -1,7 +1,8 @@
 //! `soak cleanup`: removes what an interrupted run left behind, found by
 //! soak's own labels only: cgroups named `soak-<run id>-<cell>`, processes
-//! whose environment holds `SOAK_RUN_ID`, and fault filesystems mounted
-//! from `soakfs-<run id>`.
+//! whose environment holds `SOAK_RUN_ID`, fault filesystems mounted
+//! from `soakfs-<run id>`, and a cluster's network namespaces named
+//! `soak-<run id>-...` (their devices and firewall rules go with them).
 //!
 //! On a shared host (a CI machine running two jobs) another shell's run
 //! may be alive: each run holds a lock for its whole life
@@ -26,6 +27,8 @@ pub struct Cleaned {
     pub mounts: Vec<(PathBuf, String)>,
     /// Containers removed: (name, run).
     pub containers: Vec<(String, String)>,
+    /// Network namespaces removed: (name, run).
+    pub namespaces: Vec<(String, String)>,
     /// Why containers were not looked for (no engine answered).
     pub containers_unchecked: Option<String>,
 }
@@ -102,6 +105,12 @@ pub fn cleanup(run: Option<&str>, force: bool, docker_host: Option<&str>) -> Cle
         .filter(|(p, _)| crate::faults::disk::unmount(p))
         .inspect(|(p, _)| crate::faults::disk::restore(p))
         .collect();
+    // After the processes: a member's namespace goes when nothing is in it.
+    let namespaces = crate::net::netns::leftovers()
+        .into_iter()
+        .filter(|(_, r)| run.is_none_or(|x| x == r) && !alive(r))
+        .filter(|(n, _)| crate::net::netns::remove(n))
+        .collect();
     let mut cgroups = vec![];
     if let Ok(h) = cgroup::detect() {
         // From the hierarchy's root (as this process sees it): the run may
@@ -128,6 +137,7 @@ pub fn cleanup(run: Option<&str>, force: bool, docker_host: Option<&str>) -> Cle
         processes,
         cgroups,
         mounts,
+        namespaces,
         containers,
         containers_unchecked,
     }

@@ -359,9 +359,13 @@ fn cleanup_command(
     for (path, run) in &cleaned.mounts {
         println!("unmounted {} (run {run})", path.display());
     }
+    for (name, run) in &cleaned.namespaces {
+        println!("removed network namespace {name} (run {run})");
+    }
     if cleaned.processes.is_empty()
         && cleaned.cgroups.is_empty()
         && cleaned.mounts.is_empty()
+        && cleaned.namespaces.is_empty()
         && cleaned.containers.is_empty()
         && objects.is_empty()
     {

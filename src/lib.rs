@@ -8,6 +8,10 @@
 //! the series into trends and `report` writes the verdict. `run` ties them
 //! together; `node` is the reference system under test (`soak-node`).
 
+// serde_json::json! nests one macro call per level; the phase schema
+// (suite/schema.rs) is deeper than the default allows.
+#![recursion_limit = "256"]
+
 pub mod analysis;
 pub mod cell;
 pub mod cleanup;

@@ -136,6 +136,174 @@ pub struct CellPlan {
     /// What the cell was expected to show (`expect:`), to say in the
     /// report whether the story it tells came true.
     pub expect: Option<crate::suite::Checks>,
+    /// The members, when the node runs as a cluster.
+    pub cluster: Option<ClusterPlan>,
+    /// Whether every request of the load is recorded in the cell's
+    /// history (a cluster, or a `linearizable` check).
+    pub history: bool,
+}
+
+/// A cluster's members, each rendered with its own variables.
+#[derive(Debug, Clone)]
+pub struct ClusterPlan {
+    /// The first three bytes of the cell's /24 (hub .1, member `i` .10+i).
+    pub net: [u8; 3],
+    pub members: Vec<MemberPlan>,
+    pub clients: crate::suite::cluster::Clients,
+    pub leader_timeout: Duration,
+}
+
+/// One member of a cluster.
+#[derive(Debug, Clone)]
+pub struct MemberPlan {
+    pub spec: Spec,
+    /// `cells/<cell>/members/<i>`, and its data directory.
+    pub dir: PathBuf,
+    pub data_dir: PathBuf,
+    /// The leader probe, rendered for this member.
+    pub leader: Option<Vec<String>>,
+    /// The load's protocol, rendered for this member (its target).
+    pub protocol: Option<crate::protocol::Spec>,
+    /// Its Prometheus endpoint, rendered for it.
+    pub scrape: Option<String>,
+    pub cgroup_name: String,
+}
+
+/// Member `i`'s address in `net`.
+pub fn member_addr(net: [u8; 3], i: usize) -> String {
+    format!("{}.{}.{}.{}", net[0], net[1], net[2], 10 + i)
+}
+
+/// The variables of member `i` (1-based) of `n`, over the cell's.
+fn member_variables(
+    cell: &BTreeMap<String, String>,
+    c: &crate::suite::cluster::ClusterSpec,
+    net: [u8; 3],
+    i: usize,
+    dir: &Path,
+) -> Result<BTreeMap<String, String>, PlanError> {
+    let n = c.members.0 as usize;
+    let mut vars = cell.clone();
+    vars.insert("MEMBERS".into(), n.to_string());
+    for k in 1..=n {
+        vars.insert(format!("MEMBER_ADDR_{k}"), member_addr(net, k));
+    }
+    // `${PEERS}`: each member's `peer` entry, joined.
+    let mut peers = Vec::with_capacity(n);
+    for k in 1..=n {
+        let mut v = vars.clone();
+        v.insert("MEMBER".into(), k.to_string());
+        v.insert("MEMBER_ADDR".into(), member_addr(net, k));
+        peers.push(
+            template::render(&c.peer, &v).map_err(|error| PlanError::Template {
+                field: "cluster.peer".into(),
+                error,
+            })?,
+        );
+    }
+    vars.insert("PEERS".into(), peers.join(&c.separator));
+    vars.insert("MEMBER".into(), i.to_string());
+    vars.insert("MEMBER_ADDR".into(), member_addr(net, i));
+    let mdir = dir.join("members").join(i.to_string());
+    vars.insert("MEMBER_DIR".into(), mdir.display().to_string());
+    vars.insert("DATA_DIR".into(), mdir.join("data").display().to_string());
+    Ok(vars)
+}
+
+/// The /24 of a cluster's namespaces: one no route of this machine
+/// covers, in a real run.
+fn cluster_net(suite: &Suite, ctx: &RunContext) -> [u8; 3] {
+    match (&suite.cluster, ctx.real_ports) {
+        (Some(_), true) => crate::net::netns::free_net(),
+        _ => [10, 77, 0],
+    }
+}
+
+/// The members' cgroups named after the cell's, and the load's
+/// connections bound to the members.
+fn bind_members(
+    mut cluster: Option<ClusterPlan>,
+    load: Option<&mut LoadConfig>,
+    cgroup_name: &str,
+) -> Option<ClusterPlan> {
+    let c = cluster.as_mut()?;
+    for (i, m) in c.members.iter_mut().enumerate() {
+        m.cgroup_name = format!("{cgroup_name}-m{}", i + 1);
+    }
+    if let Some(l) = load {
+        l.members = c
+            .members
+            .iter()
+            .filter_map(|m| m.protocol.clone())
+            .collect();
+        l.rotate = c.clients == crate::suite::cluster::Clients::RoundRobin;
+    }
+    cluster
+}
+
+/// Each member, rendered with its own variables.
+fn cluster_plan(
+    suite: &Suite,
+    vars: &BTreeMap<String, String>,
+    node: &Spec,
+    dir: &Path,
+    net: [u8; 3],
+    load: Option<&LoadConfig>,
+    ctx: &RunContext,
+) -> Result<Option<ClusterPlan>, PlanError> {
+    let cgroup_name = format!("{}{}", crate::driver::cgroup::PREFIX, ctx.run_id);
+    let Some(c) = &suite.cluster else {
+        return Ok(None);
+    };
+    let n = c.members.0 as usize;
+    let mut members = Vec::with_capacity(n);
+    for i in 1..=n {
+        let v = member_variables(vars, c, net, i, dir)?;
+        let r = Renderer { vars: &v };
+        let mdir = dir.join("members").join(i.to_string());
+        let mut env = rendered_env(&r, "node", &suite.node.env)?;
+        // The allocator's and the label, as the cell's node has them.
+        env.extend(
+            node.env
+                .iter()
+                .filter(|(k, _)| !suite.node.env.contains_key(k))
+                .cloned(),
+        );
+        let spec = Spec {
+            argv: r.argv("node.command", &suite.node.command)?,
+            env,
+            probe: probe(&suite.node.ready, "node.ready", &r)?,
+            log: mdir.join("node.log"),
+            ..node.clone()
+        };
+        let protocol = match (&suite.workload, load) {
+            (Some(w), Some(_)) => Some(protocol_spec(w, &r, dir, &ctx.run_id)?),
+            _ => None,
+        };
+        members.push(MemberPlan {
+            spec,
+            data_dir: mdir.join("data"),
+            dir: mdir,
+            leader: (c.leader.as_ref())
+                .map(|l| r.argv("cluster.leader.exec", &l.exec))
+                .transpose()?,
+            protocol,
+            scrape: (suite.node.metrics.as_ref())
+                .map(|m| r.url("node.metrics.prometheus", &m.prometheus))
+                .transpose()?,
+            // Named by `resolve` after the cell's cgroup.
+            cgroup_name: format!("{cgroup_name}-m{i}"),
+        });
+    }
+    Ok(Some(ClusterPlan {
+        net,
+        members,
+        clients: c.clients,
+        leader_timeout: c
+            .leader
+            .as_ref()
+            .map_or(Duration::from_secs(5), |l| l.timeout.0),
+    }))
 }
 
 /// A cell that cannot be planned.
@@ -360,6 +528,7 @@ fn service_plans(
                 grace: s.stop.grace.0,
                 log: dir.join(&log),
                 user: None,
+                netns: None,
             },
             dir: dir.join("services").join(&s.name),
             log,
@@ -473,6 +642,8 @@ fn load_config(
         timeout: w.timeout.0,
         seed,
         distribution: w.distribution,
+        members: vec![],
+        rotate: false,
     }))
 }
 
@@ -745,6 +916,22 @@ fn container_plan(
     }
 }
 
+/// The node as it first starts (the base version), as a process.
+fn node_spec(suite: &Suite, base: &Launch, r: &Renderer, dir: &Path) -> Result<Spec, PlanError> {
+    Ok(Spec {
+        argv: base.argv.clone(),
+        env: base.env.clone(),
+        probe: probe(&suite.node.ready, "node.ready", r)?,
+        ready_timeout: suite.node.ready.timeout.0,
+        stop_signal: suite.node.stop.signal.0,
+        grace: suite.node.stop.grace.0,
+        log: dir.join("node.log"),
+        // A container's user is its plan's.
+        user: suite.node.user.clone().filter(|_| base.image.is_none()),
+        netns: None,
+    })
+}
+
 pub fn resolve(
     suite: &Suite,
     def: &CellDef,
@@ -756,6 +943,12 @@ pub fn resolve(
     let data_dir = dir.join("data");
     let mut vars = variables(def, ctx, &dir, &data_dir)?;
     service_variables(suite, ctx, &dir, &mut vars)?;
+    let (cell_vars, net) = (vars.clone(), cluster_net(suite, ctx));
+    // A cluster's cell-wide fields (the load's target, the metrics) see
+    // member 1's variables; each member is rendered with its own.
+    if let Some(c) = &suite.cluster {
+        vars = member_variables(&vars, c, net, 1, &dir)?;
+    }
     let r = Renderer { vars: &vars };
     let allocator = allocator_plan(suite, def, ctx)?;
     let env = node_env(suite, &r, allocator.as_ref(), &ctx.run_id)?;
@@ -776,17 +969,7 @@ pub fn resolve(
     if container.as_ref().is_some_and(|c| c.kubernetes.is_some()) {
         refuse_for_pods(suite)?;
     }
-    let node = Spec {
-        argv: base.argv.clone(),
-        env: base.env.clone(),
-        probe: probe(&suite.node.ready, "node.ready", &r)?,
-        ready_timeout: suite.node.ready.timeout.0,
-        stop_signal: suite.node.stop.signal.0,
-        grace: suite.node.stop.grace.0,
-        log: dir.join("node.log"),
-        // A container's user is its plan's.
-        user: suite.node.user.clone().filter(|_| base.image.is_none()),
-    };
+    let node = node_spec(suite, &base, &r, &dir)?;
     let scrape = (suite.node.metrics.as_ref())
         .map(|m| r.url("node.metrics.prometheus", &m.prometheus))
         .transpose()?;
@@ -799,6 +982,14 @@ pub fn resolve(
         .map_or(10.0, |g| g.warmup.0.as_secs_f64() * ctx.scale);
     let in_container = container.is_some();
     let cgroup_name = format!("{}{}-{index}", crate::driver::cgroup::PREFIX, ctx.run_id);
+    let mut load = load_config(suite, &r, ctx.seed, &dir, &ctx.run_id)?;
+    let cluster = cluster_plan(suite, &cell_vars, &node, &dir, net, load.as_ref(), ctx)?;
+    let cluster = bind_members(cluster, load.as_mut(), &cgroup_name);
+    let checks = match &def.expect {
+        Some(e) => suite.checks.overlaid(e),
+        None => suite.checks.clone(),
+    };
+    let w = suite.workload.as_ref();
     Ok(CellPlan {
         id: def.id.clone(),
         params: def.params_map(),
@@ -806,7 +997,10 @@ pub fn resolve(
         rel_dir,
         versions: versions(suite, &base, &r)?,
         container,
-        load: load_config(suite, &r, ctx.seed, &dir, &ctx.run_id)?,
+        // Every request recorded where a check or a cluster needs it.
+        history: load.is_some() && (cluster.is_some() || checks.linearizable.is_some()),
+        load,
+        cluster,
         scrape,
         node,
         services: service_plans(suite, def, &r, &dir, ctx, &cgroup_name)?,
@@ -822,21 +1016,13 @@ pub fn resolve(
         warmup_s,
         seed: ctx.seed,
         scale: ctx.scale,
-        readback_after_restart: suite
-            .workload
-            .as_ref()
-            .is_none_or(|w| w.readback_after_restart),
-        unsynced_tail_allowed: suite
-            .workload
-            .as_ref()
+        readback_after_restart: w.is_none_or(|w| w.readback_after_restart),
+        unsynced_tail_allowed: w
             .is_some_and(|w| w.durability == crate::suite::Durability::UnsyncedTailAllowed),
         proxy: suite.workload.is_some() && suite.uses_network_faults(),
         fault_fs: (suite.uses_disk_faults() && !in_container).then(|| fault_fs_writes(suite)),
         disk_limit: suite.limits.disk.map(|d| d.0),
-        checks: match &def.expect {
-            Some(e) => suite.checks.overlaid(e),
-            None => suite.checks.clone(),
-        },
+        checks,
         expect: def.expect.clone(),
         dir,
         data_dir,

@@ -248,6 +248,19 @@ pub fn heartbeat(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// `1.5s`, `250ms`, `0.125ms`: exact to the microsecond, as a suite
+/// writes it (what replay and shrink emit reads back as itself).
+pub fn exact_duration(d: Duration) -> String {
+    let us = d.as_micros();
+    if us.is_multiple_of(1_000_000) {
+        format!("{}s", us / 1_000_000)
+    } else if us.is_multiple_of(1000) {
+        format!("{}ms", us / 1000)
+    } else {
+        format!("{}ms", us as f64 / 1000.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

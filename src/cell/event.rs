@@ -71,6 +71,13 @@ pub enum Event {
     FaultLifted {
         fault: String,
     },
+    /// soak acted on one member of a cluster (killed, stopped, started,
+    /// paused or resumed it).
+    Member {
+        member: usize,
+        action: String,
+        text: String,
+    },
     /// soak stopped the node gracefully.
     Stopped {
         why: String,
@@ -213,6 +220,7 @@ impl Event {
             Event::FaultLifted { .. } => "lifted",
             Event::FaultSet { .. } => "fault",
             Event::Stopped { .. } => "stopped",
+            Event::Member { .. } => "member",
             Event::Paused { .. } => "paused",
             Event::Resumed => "resumed",
             Event::PhaseStarted { .. } => "phase",
@@ -276,6 +284,11 @@ impl Event {
                 ..
             } => ready_text(*pid, *after_ms, *cause, version.as_deref()),
             Event::Died { exit, .. } => exit.clone(),
+            Event::Member {
+                member,
+                action,
+                text,
+            } => format!("{action} member {member}: {text}"),
             Event::Killed { signal, exit } => format!("{signal} ({exit})"),
             Event::FaultLifted { fault } => format!("{fault}: recovery measured from here"),
             Event::FaultSet { fault } => fault.clone(),

@@ -6,6 +6,8 @@
 
 pub mod checks;
 pub mod event;
+pub mod linearizable;
+mod members;
 pub mod record;
 pub mod schedule;
 #[cfg(test)]
@@ -645,8 +647,16 @@ impl<'a, N: Node> Cell<'a, N> {
         &mut self,
         tails: Option<verify::Tails>,
     ) -> Result<verify::ReadBack, VerifyError> {
+        // A cluster is read back through a member that runs.
+        let up = self
+            .node
+            .cluster()
+            .and_then(|c| (1..=c.size()).find(|&m| c.is_up(m)));
         let load = self.load.as_deref().expect("a workload to read back");
-        let protocol = self.verify.clone().unwrap_or_else(|| load.protocol.clone());
+        let protocol = match up {
+            Some(m) => load.protocol_of(m - 1),
+            None => self.verify.clone().unwrap_or_else(|| load.protocol.clone()),
+        };
         let bus = &mut *self.bus;
         let mut last = Instant::now();
         verify::online(
@@ -739,6 +749,7 @@ impl<'a, N: Node> Cell<'a, N> {
             command: shown.clone(),
         });
         let mut cmd = tokio::process::Command::new(&argv[0]);
+        crate::net::netns::enter_hub(&mut cmd);
         cmd.args(&argv[1..])
             .env("SOAK_RUN_ID", &self.ctx.run_id)
             .stdin(std::process::Stdio::null())
@@ -1199,6 +1210,9 @@ impl<'a, N: Node> Cell<'a, N> {
                 Ok(format!("{times} times"))
             }
             Phase::Chaos(c) => self.chaos(c).await,
+            Phase::Member(m) => self.member_phase(m).await,
+            Phase::Partition(p) => self.partition(p).await,
+            Phase::Heal => self.heal().await,
             Phase::Upgrade(v) => self.swap_version(v, Swap::Upgrade).await,
             Phase::Downgrade(v) => self.swap_version(v, Swap::Downgrade).await,
         }

@@ -25,10 +25,151 @@ pub struct Recorder {
     /// What the read-backs (after restarts, `verify` phases, offline
     /// verification) found; the load's own reads are added at the end.
     pub integrity: Integrity,
+    /// Each fault from when it was put in force to when it was lifted
+    /// (`None`: never), in words: a partition, a member killed or paused.
+    pub fault_spans: Vec<FaultSpan>,
+}
+
+/// How long after a fault is lifted a finding is still told with it.
+pub const AFTERMATH_S: f64 = 10.0;
+
+/// A fault's time in force.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FaultSpan {
+    pub from_s: f64,
+    pub to_s: Option<f64>,
+    pub what: String,
+    /// The member it concerns, for a member's fault (closed when the
+    /// member is started or resumed).
+    pub member: Option<usize>,
 }
 
 impl Recorder {
+    /// The faults in force at any time between `a` and `b` (seconds), and
+    /// those lifted up to [`AFTERMATH_S`] before `a`, said so: a member
+    /// catching up after a partition heals still serves what it missed.
+    pub fn faults_during(&self, a: f64, b: f64) -> Vec<String> {
+        self.fault_spans
+            .iter()
+            .filter(|f| f.from_s <= b && f.to_s.is_none_or(|t| t >= a - AFTERMATH_S))
+            .map(|f| match f.to_s {
+                Some(t) if t < a => format!("{}, lifted {:.1} s before", f.what, a - t),
+                _ => f.what.clone(),
+            })
+            .collect()
+    }
+
+    fn fault_spans(&mut self, t: f64, e: &Event) {
+        let open = |m: Option<usize>, f: &FaultSpan| f.to_s.is_none() && f.member == m;
+        match e {
+            Event::FaultSet { fault } => {
+                // A partition replaces the one before it.
+                if fault.starts_with("partition") {
+                    for f in self
+                        .fault_spans
+                        .iter_mut()
+                        .filter(|f| open(None, f) && f.what.starts_with("partition"))
+                    {
+                        f.to_s = Some(t);
+                    }
+                }
+                self.fault_spans.push(FaultSpan {
+                    from_s: t,
+                    to_s: None,
+                    what: fault.clone(),
+                    member: None,
+                });
+            }
+            Event::FaultLifted { fault } => {
+                let partition = fault.starts_with("partition");
+                for f in self
+                    .fault_spans
+                    .iter_mut()
+                    .filter(|f| open(None, f) && f.what.starts_with("partition") == partition)
+                {
+                    f.to_s = Some(t);
+                }
+            }
+            Event::Member {
+                member,
+                action,
+                text,
+            } => match action.as_str() {
+                "kill" | "stop" | "pause" => self.fault_spans.push(FaultSpan {
+                    from_s: t,
+                    to_s: None,
+                    what: format!(
+                        "member {member} {} ({text})",
+                        if action == "pause" { "paused" } else { "down" }
+                    ),
+                    member: Some(*member),
+                }),
+                _ => {
+                    for f in self
+                        .fault_spans
+                        .iter_mut()
+                        .filter(|f| open(Some(*member), f))
+                    {
+                        f.to_s = Some(t);
+                    }
+                }
+            },
+            Event::Killed { signal, .. } => self.fault_spans.push(FaultSpan {
+                from_s: t,
+                to_s: None,
+                what: format!("node killed ({signal})"),
+                member: Some(0),
+            }),
+            Event::Ready { .. } => {
+                for f in self.fault_spans.iter_mut().filter(|f| open(Some(0), f)) {
+                    f.to_s = Some(t);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Recorder {
+    /// Folds one event into the records (its fault spans too: see
+    /// [`Recorder::faults_during`]).
     pub fn record(&mut self, t: f64, e: &Event) {
+        self.fault_spans(t, e);
+        self.fold(t, e);
+    }
+
+    /// A read-back's findings: the cell's, and the losses on the death
+    /// that took them (the restart read back, or for a verify, the newest;
+    /// before any restart, the node lost them running: the cell's alone).
+    /// The writes in doubt a verify finds stay the cell's.
+    fn read_back(
+        &mut self,
+        oracle: Oracle,
+        restart: Option<usize>,
+        integrity: &Integrity,
+        first_lost: &Option<crate::model::LostWrite>,
+        holes: &[crate::model::Hole],
+        took_s: f64,
+    ) {
+        self.integrity.add(integrity);
+        let r = match restart {
+            Some(n) => self.restarts.get_mut(n - 1),
+            None => self.restarts.last_mut(),
+        };
+        if let Some(r) = r {
+            let mut i = *integrity;
+            if oracle == Oracle::Verify {
+                i.in_doubt = 0;
+            }
+            r.found(oracle, &i, first_lost.clone());
+            r.holes.extend(holes.iter().cloned());
+            if restart.is_some() {
+                r.readback_s = Some(took_s);
+            }
+        }
+    }
+
+    fn fold(&mut self, t: f64, e: &Event) {
         match e {
             Event::Ready {
                 cause: Some(cause),
@@ -62,7 +203,9 @@ impl Recorder {
                 serving_after_s: None,
                 next_fault_after_s: None,
             }),
-            Event::FaultSet { .. } | Event::PowerCut { .. } => self.faults_at.push(t),
+            Event::FaultSet { .. } | Event::PowerCut { .. } | Event::Member { .. } => {
+                self.faults_at.push(t)
+            }
             Event::ChaosAction {
                 seed,
                 at_s,
@@ -94,28 +237,7 @@ impl Recorder {
                 first_lost,
                 holes,
                 took_s,
-            } => {
-                self.integrity.add(integrity);
-                // The losses go on the death that took them: the restart
-                // read back, or for a verify, the newest (before any
-                // restart, the node lost them running: the cell's alone).
-                // The writes in doubt a verify finds stay the cell's.
-                let r = match restart {
-                    Some(n) => self.restarts.get_mut(n - 1),
-                    None => self.restarts.last_mut(),
-                };
-                if let Some(r) = r {
-                    let mut i = *integrity;
-                    if *oracle == Oracle::Verify {
-                        i.in_doubt = 0;
-                    }
-                    r.found(*oracle, &i, first_lost.clone());
-                    r.holes.extend(holes.iter().cloned());
-                    if restart.is_some() {
-                        r.readback_s = Some(*took_s);
-                    }
-                }
-            }
+            } => self.read_back(*oracle, *restart, integrity, first_lost, holes, *took_s),
             Event::ReadsFound {
                 integrity,
                 first_lost,

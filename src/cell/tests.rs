@@ -503,6 +503,8 @@ fn acked_load(keys: usize) -> crate::workload::Load {
         timeout: Duration::from_secs(5),
         seed: 3,
         distribution: crate::workload::dist::Distribution::Uniform,
+        members: vec![],
+        rotate: false,
     });
     for k in 0..keys {
         let v = load.ledger.next_set_version(k);

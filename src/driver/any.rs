@@ -15,6 +15,7 @@ pub enum AnyNode {
     Process(ProcessNode),
     Container(ContainerNode),
     Pod(PodNode),
+    Cluster(super::cluster::ClusterNode),
 }
 
 impl AnyNode {
@@ -53,6 +54,7 @@ macro_rules! each {
             AnyNode::Process($n) => $e,
             AnyNode::Container($n) => $e,
             AnyNode::Pod($n) => $e,
+            AnyNode::Cluster($n) => $e,
         }
     };
 }
@@ -99,5 +101,8 @@ impl Node for AnyNode {
     }
     fn info(&self) -> super::NodeInfo {
         each!(self, n => Node::info(n))
+    }
+    fn cluster(&mut self) -> Option<&mut dyn super::Cluster> {
+        each!(self, n => Node::cluster(n))
     }
 }

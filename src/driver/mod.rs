@@ -7,6 +7,7 @@
 pub mod allocator;
 pub mod any;
 pub mod cgroup;
+pub mod cluster;
 pub mod docker;
 pub mod ended;
 pub mod kubernetes;
@@ -127,6 +128,38 @@ pub trait Node: Send {
     fn info(&self) -> NodeInfo {
         NodeInfo::default()
     }
+    /// The members, when the node is a cluster.
+    fn cluster(&mut self) -> Option<&mut dyn Cluster> {
+        None
+    }
+}
+
+/// What soak does to one member of a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberOp {
+    Kill(Signal),
+    Stop,
+    Start,
+    Pause,
+    Resume,
+}
+
+pub type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A cluster's members (1-based), for the faults that act on them.
+pub trait Cluster: Send {
+    fn size(&self) -> usize;
+    /// Whether member `m` runs.
+    fn is_up(&self, m: usize) -> bool;
+    fn member_pid(&self, m: usize) -> Option<i32>;
+    /// The member the suite's leader probe names.
+    fn leader(&mut self) -> Boxed<'_, Result<usize, String>>;
+    /// Does `op` to member `m`; what happened, in words.
+    fn act(&mut self, m: usize, op: MemberOp) -> Boxed<'_, Result<String, DriverError>>;
+    /// Puts exactly these cut links in force between the members.
+    fn set_cuts(&mut self, cuts: &[crate::net::netns::Cut]) -> Result<(), String>;
+    /// The member whose death [`Node::death`] told of last.
+    fn last_dead(&self) -> Option<usize>;
 }
 
 /// What a driver tells of where its node runs.

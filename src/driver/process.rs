@@ -62,6 +62,9 @@ pub struct Spec {
     /// The user the node runs as (`NAME`, `UID`, `UID:GID`, `NAME:GROUP`);
     /// soak's own without one. PostgreSQL refuses to run as root.
     pub user: Option<String>,
+    /// The network namespace it runs in (a cluster's member); soak's own
+    /// without one.
+    pub netns: Option<std::sync::Arc<File>>,
 }
 
 /// The uid and gid of `user` (`NAME`, `UID`, `UID:GID`, `NAME:GROUP`).
@@ -244,6 +247,15 @@ impl ProcessNode {
         std::thread::Builder::new()
             .name("soak-node-watch".into())
             .spawn(move || {
+                // This thread only forks the node and waits for it: it
+                // enters the member's namespace for good, and the child
+                // is born there, whatever user it then becomes.
+                if let Some(ns) = &spec.netns {
+                    if let Err(e) = crate::net::netns::enter(ns) {
+                        let _ = pid_tx.send(Err(e));
+                        return;
+                    }
+                }
                 let mut cmd = Command::new(&spec.argv[0]);
                 cmd.args(&spec.argv[1..])
                     .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -507,8 +519,9 @@ pub async fn probe(p: &Probe, log: &std::path::Path, from: u64) -> bool {
                 let Some((program, args)) = argv.split_first() else {
                     return false;
                 };
-                tokio::process::Command::new(program)
-                    .args(args)
+                let mut cmd = tokio::process::Command::new(program);
+                crate::net::netns::enter_hub(&mut cmd);
+                cmd.args(args)
                     .stdin(std::process::Stdio::null())
                     .stdout(std::process::Stdio::null())
                     .stderr(std::process::Stdio::null())
@@ -517,9 +530,9 @@ pub async fn probe(p: &Probe, log: &std::path::Path, from: u64) -> bool {
                     .await
                     .is_ok_and(|s| s.success())
             }
-            Probe::Tcp(addr) => tokio::net::TcpStream::connect(addr.as_str()).await.is_ok(),
+            Probe::Tcp(addr) => crate::net::netns::connect(addr).await.is_ok(),
             Probe::Resp(addr) => {
-                let Ok(mut s) = tokio::net::TcpStream::connect(addr.as_str()).await else {
+                let Ok(mut s) = crate::net::netns::connect(addr).await else {
                     return false;
                 };
                 if s.write_all(b"*1\r\n$4\r\nPING\r\n").await.is_err() {

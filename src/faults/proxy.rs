@@ -154,7 +154,13 @@ async fn connection(
     counters: Arc<Counters>,
     seed: u64,
 ) {
-    let Ok(mut server) = TcpStream::connect(upstream).await else {
+    let Ok(mut server) = async {
+        crate::net::netns::socket_for(&upstream)?
+            .connect(upstream)
+            .await
+    }
+    .await
+    else {
         // The node is down: the load sees what it would see without us.
         reset(&client);
         return;

@@ -565,6 +565,17 @@ impl Hasher for Passthrough {
     }
 }
 
+/// The entries of a search as a linked list (node 0 the head): each
+/// node's operation id, whether it is a call, and each operation's return
+/// node.
+struct List {
+    next: Vec<u32>,
+    prev: Vec<u32>,
+    id_of: Vec<u32>,
+    is_call: Vec<bool>,
+    ret_node: Vec<u32>,
+}
+
 /// One key's search.
 struct Search<'a> {
     ops: &'a [P],
@@ -615,30 +626,13 @@ impl<'a> Search<'a> {
         if n == 0 {
             return Found::Linearizable;
         }
-        // The entries: node 0 is the head; each operation a call and a
-        // return node, in time order, calls before returns at one time.
-        let mut entries: Vec<(u64, bool, u32)> = Vec::with_capacity(2 * n);
-        for (id, &i) in self.by_id.iter().enumerate() {
-            entries.push((self.ops[i].invoke, false, id as u32));
-            entries.push((self.ops[i].complete, true, id as u32));
-        }
-        entries.sort_unstable();
-        let len = 2 * n + 1;
-        let mut next = vec![NONE; len];
-        let mut prev = vec![NONE; len];
-        let mut id_of = vec![0u32; len];
-        let mut is_call = vec![false; len];
-        let mut ret_node = vec![0u32; n];
-        for (j, &(_, ret, id)) in entries.iter().enumerate() {
-            let node = j + 1;
-            id_of[node] = id;
-            is_call[node] = !ret;
-            if ret {
-                ret_node[id as usize] = node as u32;
-            }
-            prev[node] = j as u32;
-            next[j] = node as u32;
-        }
+        let List {
+            mut next,
+            mut prev,
+            id_of,
+            is_call,
+            ret_node,
+        } = self.list();
         let mut lin = vec![0u64; n.div_ceil(64)];
         let mut hash = 0u64;
         let mut first = 0usize; // the first id < finite not linearized
@@ -651,20 +645,8 @@ impl<'a> Search<'a> {
         while next[0] != NONE {
             self.steps += 1;
             if self.steps.is_multiple_of(1 << 16) {
-                if self.steps > budget.steps {
-                    return Found::Unknown(format!(
-                        "the search took more than {} steps",
-                        budget.steps
-                    ));
-                }
-                if memo.bytes() > budget.memo_bytes {
-                    return Found::Unknown(format!(
-                        "the search's memo grew past {}",
-                        crate::units::Bytes(budget.memo_bytes as u64)
-                    ));
-                }
-                if budget.deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Found::Unknown("the check's deadline passed".into());
+                if let Some(why) = self.over(&memo, budget) {
+                    return Found::Unknown(why);
                 }
             }
             let e = entry as usize;
@@ -718,6 +700,54 @@ impl<'a> Search<'a> {
             }
         }
         Found::Linearizable
+    }
+
+    /// The call and return entries in time order, calls before returns
+    /// at one time, as a linked list whose node 0 is the head.
+    fn list(&self) -> List {
+        let n = self.ops.len();
+        let mut entries: Vec<(u64, bool, u32)> = Vec::with_capacity(2 * n);
+        for (id, &i) in self.by_id.iter().enumerate() {
+            entries.push((self.ops[i].invoke, false, id as u32));
+            entries.push((self.ops[i].complete, true, id as u32));
+        }
+        entries.sort_unstable();
+        let len = 2 * n + 1;
+        let mut l = List {
+            next: vec![NONE; len],
+            prev: vec![NONE; len],
+            id_of: vec![0u32; len],
+            is_call: vec![false; len],
+            ret_node: vec![0u32; n],
+        };
+        for (j, &(_, ret, id)) in entries.iter().enumerate() {
+            let node = j + 1;
+            l.id_of[node] = id;
+            l.is_call[node] = !ret;
+            if ret {
+                l.ret_node[id as usize] = node as u32;
+            }
+            l.prev[node] = j as u32;
+            l.next[j] = node as u32;
+        }
+        l
+    }
+
+    /// Why the search must stop, if it has spent its budget.
+    fn over(&self, memo: &Memo, budget: &Budget) -> Option<String> {
+        if self.steps > budget.steps {
+            return Some(format!("the search took more than {} steps", budget.steps));
+        }
+        if memo.bytes() > budget.memo_bytes {
+            return Some(format!(
+                "the search's memo grew past {}",
+                crate::units::Bytes(budget.memo_bytes as u64)
+            ));
+        }
+        budget
+            .deadline
+            .is_some_and(|d| Instant::now() >= d)
+            .then(|| "the check's deadline passed".into())
     }
 
     /// The first id from `from` on, among those with a completion, that is

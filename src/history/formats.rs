@@ -1,6 +1,6 @@
 //! Histories in other tools' forms, read and written:
 //!
-//! - **Jepsen's log** (`INFO  jepsen.util - 3	:invoke	:cas	[1 4]`), as
+//! - **Jepsen's log** (`INFO  jepsen.util - 3 :invoke :cas [1 4]`), as
 //!   Porcupine's tests read Jepsen's etcd histories.
 //! - **Jepsen's EDN**, one map an event (`{:process 0, :type :ok, :f
 //!   :read, :value 3, :time 1234}`), as `history.edn` holds them and Elle
@@ -744,7 +744,7 @@ pub fn write_porcupine(h: &History, out: &mut dyn std::io::Write) -> std::io::Re
     let ops: Vec<POp> = h
         .ops
         .iter()
-        .filter(|o| !(o.outcome == Outcome::Fail && !matches!(o.f, F::Cas { .. })))
+        .filter(|o| o.outcome != Outcome::Fail || matches!(o.f, F::Cas { .. }))
         .map(|o| {
             let (op, value, from) = match o.f {
                 F::Read => ("read", None, None),

@@ -275,6 +275,55 @@ pub struct CellResult {
     /// What soak itself cost while the cell ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub harness: Option<HarnessCost>,
+    /// What the linearizability checker found in the cell's history (a
+    /// `linearizable` check).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<HistoryRecord>,
+}
+
+/// A cell's history (every request of its load), as the linearizability
+/// checker judged it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct HistoryRecord {
+    /// `linearizable`, `not_linearizable` or `unknown` (the search ran
+    /// out of its budget, or the history could not be read).
+    pub verdict: String,
+    pub operations: u64,
+    pub keys: u64,
+    pub clients: u64,
+    /// How long the check took.
+    pub seconds: f64,
+    /// The history's file, relative to the run's folder.
+    pub file: String,
+    /// Keys that could not be linearized (the first few), each with the
+    /// operation that could not be and the smallest window around it.
+    pub violations: Vec<HistoryViolation>,
+    /// How many keys could not be (all of them, where `violations` holds
+    /// the first few), and how many were not checked after one was found.
+    pub violating_keys: u64,
+    pub unchecked_keys: u64,
+    /// Why the verdict is unknown, if it is.
+    pub unknown: Option<String>,
+}
+
+/// A key whose operations cannot be linearized.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct HistoryViolation {
+    pub key: String,
+    /// The operation that could not be linearized: usually the read that
+    /// saw what it should not have (`read() -> 41`).
+    pub operation: String,
+    pub client: u32,
+    /// When it was invoked and completed, seconds since the cell began.
+    pub invoke_s: f64,
+    pub complete_s: f64,
+    /// The smallest window of the key's operations that cannot be
+    /// linearized, one line each (client, operation, times), oldest first.
+    pub window: Vec<String>,
+    /// The faults in force while it ran (a partition, a member down).
+    pub faults: Vec<String>,
 }
 
 /// What soak itself cost while a cell ran, from its own samples: a reader

@@ -9,9 +9,8 @@ use std::time::Duration;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper::Uri;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 
 /// A URL soak can GET: `http://HOST[:PORT][/PATH]`.
 pub fn check_url(url: &str) -> Result<Uri, String> {
@@ -36,18 +35,53 @@ pub struct Response {
     pub body: Bytes,
 }
 
+/// hyper's connector, through [`super::netns::connect`]: a cluster's
+/// member is reached from the hub.
+#[derive(Clone, Copy, Default)]
+pub struct Connector;
+
+impl tower_service::Service<Uri> for Connector {
+    type Response = TokioIo<tokio::net::TcpStream>;
+    type Error = std::io::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        Box::pin(async move {
+            let host = uri.host().unwrap_or_default().trim_matches(['[', ']']);
+            let target = format!("{host}:{}", uri.port_u16().unwrap_or(80));
+            let s = tokio::time::timeout(Duration::from_secs(5), super::netns::connect(&target))
+                .await
+                .map_err(|_| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no connection to {target} within 5 s"),
+                    )
+                })??;
+            let _ = s.set_nodelay(true);
+            Ok(TokioIo::new(s))
+        })
+    }
+}
+
 /// A client that keeps its connection to a node between requests (a
 /// scraper asks every second). Used within the tokio runtime that made it.
 #[derive(Clone)]
 pub struct Http {
-    client: Client<HttpConnector, Empty<Bytes>>,
+    client: Client<Connector, Empty<Bytes>>,
 }
 
 impl Default for Http {
     fn default() -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        let connector = Connector;
         Http {
             client: Client::builder(TokioExecutor::new())
                 .pool_idle_timeout(Duration::from_secs(30))

@@ -3,6 +3,7 @@
 //! The bottom layer: nothing of soak's below it.
 
 pub mod http;
+pub mod netns;
 pub mod ports;
 pub mod resp;
 

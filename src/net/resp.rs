@@ -213,7 +213,7 @@ impl Client {
         connect_timeout: std::time::Duration,
         reply_timeout: std::time::Duration,
     ) -> Result<Client, ClientError> {
-        let stream = tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect(target))
+        let stream = tokio::time::timeout(connect_timeout, super::netns::connect(target))
             .await
             .map_err(|_| ClientError::ConnectTimeout(connect_timeout))?
             .map_err(ClientError::Connect)?;

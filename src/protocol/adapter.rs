@@ -171,6 +171,7 @@ fn spawn(
     log: std::fs::File,
 ) -> std::io::Result<tokio::process::Child> {
     let mut cmd = tokio::process::Command::new(program);
+    crate::net::netns::enter_hub(&mut cmd);
     cmd.args(args)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .env("SOAK_RUN_ID", &spec.run_id)

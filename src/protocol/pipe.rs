@@ -37,7 +37,7 @@ impl Pipe {
 
     /// Connects to `target` within `within`.
     pub async fn connect(target: &str, within: std::time::Duration) -> Result<Pipe, SessionError> {
-        let stream = tokio::time::timeout(within, TcpStream::connect(target))
+        let stream = tokio::time::timeout(within, crate::net::netns::connect(target))
             .await
             .map_err(|_| {
                 SessionError::Broken(format!("no connection to {target} within {within:?}"))

@@ -71,6 +71,10 @@ pub(super) struct CellMeasures {
     pub(super) oom_errors: Vec<crate::model::LogLine>,
     /// What the services beside the node did.
     pub(super) services: Vec<crate::model::ServiceRecord>,
+    /// The history the load recorded, if it recorded one.
+    pub(super) history: Option<crate::history::record::Written>,
+    /// What the `linearizable` check found in it.
+    pub(super) judged: Option<crate::cell::linearizable::Judged>,
 }
 
 fn memory_summary(plan: &CellPlan, m: &CellMeasures) -> MemorySummary {
@@ -137,17 +141,24 @@ fn expectation(expect: &crate::suite::Checks, results: &[CheckResult]) -> Expect
             .iter()
             .map(|r| crate::report::text::check_text(r))
             .collect(),
+        // Expected to happen: a loss, an OOM kill, a start that failed, a
+        // history that cannot be linearized.
         incident: [
             expect.oom_kills,
             expect.oom_errors,
             expect.out_of_memory,
             expect.crashes,
             expect.lost_writes,
+            expect.unsynced_writes,
             expect.corrupted_writes,
+            expect.aborted_reads,
+            expect.unrecovered,
+            expect.unresponsive,
         ]
         .iter()
         .flatten()
-        .any(|c| c.min.is_some_and(|m| m >= 1)),
+        .any(|c| c.min.is_some_and(|m| m >= 1))
+            || expect.linearizable.is_some_and(|l| !l.expect),
         met: expected.iter().all(|r| r.verdict == Verdict::Pass),
     }
 }
@@ -207,6 +218,11 @@ pub(super) fn assemble(
             unresponsive,
         },
     );
+    let mut checks = checks;
+    let history = m.judged.map(|j| {
+        checks.insert(0, j.result);
+        j.record
+    });
     let verdict = checks::cell_verdict(error.is_some(), &checks);
     let expectation = plan.expect.as_ref().map(|e| expectation(e, &checks));
     bus.emit(Event::Verdict { verdict });
@@ -244,6 +260,7 @@ pub(super) fn assemble(
         log_errors: m.log_errors,
         harness: harness_cost(&m.samples, plan.interval),
         services: m.services,
+        history,
     };
     result
 }

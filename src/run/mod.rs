@@ -580,6 +580,24 @@ async fn drive(
     cell.run_phases(phases).await
 }
 
+/// The `linearizable` check on the cell's history, off the runtime's
+/// threads.
+async fn judge_history(
+    plan: &CellPlan,
+    c: crate::suite::checks::LinearizableCheck,
+    bus: &Bus,
+) -> crate::cell::linearizable::Judged {
+    let file = crate::history::command::FILE;
+    let path = plan.dir.join(file);
+    let rel = format!("{}/{file}", plan.rel_dir);
+    let rec = bus.recorder.clone();
+    tokio::task::spawn_blocking(move || {
+        crate::cell::linearizable::judge(&path, &rel, &c, &|a, b| rec.faults_during(a, b))
+    })
+    .await
+    .expect("the history check does not panic")
+}
+
 /// What one cell runs with.
 struct CellRun<'a> {
     suite: &'a Suite,
@@ -651,7 +669,10 @@ async fn run_cell(
     let outcome = drive(&mut cell, remote.as_deref(), plan, &suite.phases).await;
     cell.finish().await;
     drop(cell);
-    let measured = parts.stop(plan, placement, &mut bus).await;
+    let mut measured = parts.stop(plan, placement, &mut bus).await;
+    if let (Some(c), Some(_)) = (plan.checks.linearizable, &measured.history) {
+        measured.judged = Some(judge_history(plan, c, &bus).await);
+    }
     if let Err(e) = &outcome {
         if e.never_started() && bus.recorder.restarts.is_empty() {
             bus.error(e.to_string());

@@ -123,9 +123,14 @@ impl CellResources {
         };
         let samples_taken = kept.taken();
         let samples = kept.into_samples();
+        let mut history = None;
         if let Some(l) = self.load.as_mut() {
             if let Err(err) = l.close_log().await {
                 bus.error(format!("latency.csv: {err}"));
+            }
+            history = l.finish_history();
+            if let Some(e) = history.as_ref().and_then(|h| h.error.as_ref()) {
+                bus.error(format!("{}: {e}", crate::history::command::FILE));
             }
         }
         let cgroup = self
@@ -157,6 +162,8 @@ impl CellResources {
             log_errors: said.errors,
             oom_errors: said.out_of_memory,
             services,
+            history,
+            judged: None,
         }
     }
 }
@@ -198,6 +205,9 @@ async fn prepare_node(
     plan: &CellPlan,
     placement: Option<&Placement>,
 ) -> Result<(AnyNode, Option<Arc<Cgroup>>), RunError> {
+    if let Some(c) = &plan.cluster {
+        return prepare_cluster(plan, c, placement);
+    }
     let mut saved = crate::verify::saved::SavedNode::of(
         &plan.node,
         plan.load.as_ref().map(|l| l.protocol.clone()),
@@ -230,6 +240,50 @@ async fn prepare_node(
         .await
         .map_err(|e| RunError::Environment(e.to_string()))?;
     Ok((node, view))
+}
+
+/// A cluster's members, each in its network namespace and cgroup; the
+/// cell's telemetry reads member 1's cgroup.
+fn prepare_cluster(
+    plan: &CellPlan,
+    c: &crate::plan::ClusterPlan,
+    placement: Option<&Placement>,
+) -> Result<(AnyNode, Option<Arc<Cgroup>>), RunError> {
+    use crate::driver::process::ProcessNode;
+    let net = crate::net::netns::Network::create(
+        &crate::lock::run_id(),
+        plan.index,
+        c.members.len(),
+        c.net,
+    )
+    .map_err(|e| RunError::Environment(format!("cannot make the cluster's network: {e}")))?;
+    let mut members = Vec::with_capacity(c.members.len());
+    let mut view = None;
+    for (i, m) in c.members.iter().enumerate() {
+        std::fs::create_dir_all(&m.data_dir)
+            .map_err(RunError::io(m.data_dir.display().to_string()))?;
+        let cg = match placement {
+            None => None,
+            Some(p) => match p.create(&m.cgroup_name, plan.limits) {
+                Ok(cg) => Some(cg),
+                Err(e) if plan.needs_cgroup => {
+                    return Err(RunError::Environment(format!(
+                        "limits.memory needs a memory cgroup for each member: {e}"
+                    )))
+                }
+                Err(_) => None,
+            },
+        };
+        if i == 0 {
+            view = cg.as_ref().map(|c| Arc::new(c.view()));
+        }
+        let mut spec = m.spec.clone();
+        spec.netns = Some(net.members()[i].file.clone());
+        members.push(ProcessNode::new(spec, cg));
+    }
+    let leader = c.members.iter().filter_map(|m| m.leader.clone()).collect();
+    let node = crate::driver::cluster::ClusterNode::new(members, net, leader, c.leader_timeout);
+    Ok((AnyNode::Cluster(node), view))
 }
 
 /// What telemetry kept while the cell ran.
@@ -321,6 +375,12 @@ async fn start_load(
     let mut load = load_cfg.map(Load::new);
     if let Some(l) = load.as_mut() {
         l.set_origin(origin.into_std());
+        if plan.history {
+            let path = plan.dir.join(crate::history::command::FILE);
+            l.record_history(&path, origin.into_std()).map_err(|e| {
+                RunError::Environment(format!("cannot write {}: {e}", path.display()))
+            })?;
+        }
         l.log_intervals(
             &plan.dir.join("latency.csv"),
             plan.interval,

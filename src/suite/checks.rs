@@ -310,9 +310,86 @@ pub struct RestartTimeCheck {
     pub severity: Severity,
 }
 
+/// `linearizable: true`: every operation of the cell's history (every
+/// request of the load, recorded) can be put in one order, each taking
+/// effect between its invocation and its completion, that a register per
+/// key explains. `false` expects that it cannot (a reproduction of stale
+/// reads); `{ expect: true, timeout: 2m, severity: warn }` in full.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LinearizableCheck {
+    /// Whether the history is expected to be linearizable.
+    pub expect: bool,
+    /// How long the checker may search before its verdict is unknown (a
+    /// warning, never a pass).
+    pub timeout: Dur,
+    pub severity: Severity,
+}
+
+/// The forms `linearizable` takes (the suite schema's view).
+#[allow(dead_code)]
+#[derive(schemars::JsonSchema)]
+#[serde(untagged)]
+enum LinearizableForm {
+    Expect(bool),
+    Full {
+        expect: Option<bool>,
+        /// A duration such as 2m.
+        timeout: Option<String>,
+        severity: Option<Severity>,
+    },
+}
+
+impl<'de> Deserialize<'de> for LinearizableCheck {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Full {
+            #[serde(default = "yes")]
+            expect: bool,
+            #[serde(default = "default_search")]
+            timeout: Dur,
+            #[serde(default)]
+            severity: Severity,
+        }
+        fn yes() -> bool {
+            true
+        }
+        fn default_search() -> Dur {
+            Dur(std::time::Duration::from_secs(120))
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = LinearizableCheck;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("true, false, or { expect: true, timeout: 2m, severity: warn }")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<LinearizableCheck, E> {
+                Ok(LinearizableCheck {
+                    expect: v,
+                    timeout: default_search(),
+                    severity: Severity::Fail,
+                })
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<LinearizableCheck, A::Error> {
+                let f = Full::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(LinearizableCheck {
+                    expect: f.expect,
+                    timeout: f.timeout,
+                    severity: f.severity,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Checks {
+    /// Every request's history linearizable (`true`), or expected not to
+    /// be (`false`): soak's checker, per key.
+    #[schemars(with = "Option<LinearizableForm>")]
+    pub linearizable: Option<LinearizableCheck>,
     pub lost_writes: Option<CountCheck>,
     /// Acknowledged writes power cuts took from the unsynced tail of their
     /// connections (`lost_unsynced`): `0` for a node that fsyncs before it
@@ -545,6 +622,7 @@ impl Checks {
     /// expectations over the suite's checks.
     pub fn overlaid(&self, over: &Checks) -> Checks {
         Checks {
+            linearizable: over.linearizable.or(self.linearizable),
             lost_writes: over.lost_writes.or(self.lost_writes),
             unsynced_writes: over.unsynced_writes.or(self.unsynced_writes),
             corrupted_writes: over.corrupted_writes.or(self.corrupted_writes),
@@ -585,6 +663,7 @@ impl Checks {
     /// name may add the series: `peak_memory (rss)`).
     pub fn names(&self) -> Vec<&'static str> {
         [
+            ("linearizable", self.linearizable.is_some()),
             ("lost_writes", self.lost_writes.is_some()),
             ("unsynced_writes", self.unsynced_writes.is_some()),
             ("corrupted_writes", self.corrupted_writes.is_some()),
@@ -688,6 +767,9 @@ impl Checks {
     /// Checks that cannot be measured by this suite.
     pub fn problems(&self, s: &Suite) -> Vec<(String, String)> {
         let mut out = vec![];
+        if self.linearizable.is_some() && s.workload.is_none() {
+            out.push(("checks.linearizable".into(), "`linearizable` judges the history of the load's requests, and the suite has no `workload:`".into()));
+        }
         // An upgrade or a downgrade reads back too.
         let verifies = has_phase(&s.phases, &|p| {
             matches!(

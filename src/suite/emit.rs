@@ -2,24 +2,12 @@
 //! `soak replay` and `soak shrink` write (a cell's schedule as explicit
 //! phases) must read back as the same phases (tested below).
 
-use std::time::Duration;
-
 use serde_norway::{Mapping, Value};
 
 use super::faults::{DiskFault, IoFault, Room};
 use super::phase::{ExecSpec, NetworkSpec, Phase, RunFor, ServiceAction};
 
-/// `1.5s`, `250ms`, `0.125ms`: exact to the microsecond.
-pub fn duration(d: Duration) -> String {
-    let us = d.as_micros();
-    if us.is_multiple_of(1_000_000) {
-        format!("{}s", us / 1_000_000)
-    } else if us.is_multiple_of(1000) {
-        format!("{}ms", us / 1000)
-    } else {
-        format!("{}ms", us as f64 / 1000.0)
-    }
-}
+pub use crate::units::exact_duration as duration;
 
 fn s(v: impl Into<String>) -> Value {
     Value::String(v.into())
@@ -96,6 +84,9 @@ pub fn phase(p: &Phase) -> Value {
         Phase::Downgrade(v) => one("downgrade", s(v.clone())),
         Phase::Network(n) => one("network", network(n)),
         Phase::Disk(d) => disk(d),
+        Phase::Member(m) => m.emit(),
+        Phase::Partition(p) => p.emit(),
+        Phase::Heal => s("heal"),
         Phase::Service(sp) => one(
             "service",
             map(vec![
@@ -214,10 +205,12 @@ pub fn phases_text(phases: &[Phase]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::suite::cluster::{MemberPhase, Partition, Target, Verb};
     use crate::suite::faults::IoOp;
     use crate::suite::phase::{ServicePhase, ThroughputParse};
     use crate::suite::{ChaosAction, ChaosSpec, Sig, Size};
     use nix::sys::signal::Signal;
+    use std::time::Duration;
 
     fn every_phase() -> Vec<Phase> {
         let ms = Duration::from_millis;
@@ -282,6 +275,44 @@ mod tests {
                 times: 3,
                 phases: vec![Phase::Run(RunFor::Time(ms(500))), Phase::Restart],
             },
+            Phase::Member(MemberPhase {
+                verb: Verb::Kill(Sig(Signal::SIGTERM)),
+                member: Target::Leader,
+            }),
+            Phase::Member(MemberPhase {
+                verb: Verb::Pause(ms(1500)),
+                member: Target::One(2),
+            }),
+            Phase::Member(MemberPhase {
+                verb: Verb::Start,
+                member: Target::All,
+            }),
+            Phase::Member(MemberPhase {
+                verb: Verb::Stop,
+                member: Target::Random,
+            }),
+            Phase::Member(MemberPhase {
+                verb: Verb::Restart,
+                member: Target::Minority,
+            }),
+            Phase::Partition(Partition::Isolate(Target::Leader)),
+            Phase::Partition(Partition::Isolate(Target::One(3))),
+            Phase::Partition(Partition::Halves),
+            Phase::Partition(Partition::Bridge),
+            Phase::Partition(Partition::Ring),
+            Phase::Partition(Partition::Groups(vec![
+                ("a".into(), vec![1]),
+                ("b".into(), vec![2, 3]),
+            ])),
+            Phase::Partition(Partition::Drop {
+                from: Target::One(1),
+                to: Target::Leader,
+            }),
+            Phase::Partition(Partition::Loss {
+                between: (1, 2),
+                rate: 0.25,
+            }),
+            Phase::Heal,
             Phase::Chaos(ChaosSpec {
                 during: ms(10_000),
                 every_min: ms(300),

@@ -9,6 +9,7 @@
 
 pub mod allocator;
 pub mod checks;
+pub mod cluster;
 pub mod emit;
 pub mod faults;
 pub mod locate;
@@ -45,6 +46,10 @@ pub struct Suite {
     #[serde(default)]
     pub description: String,
     pub node: NodeSpec,
+    /// Run the node as a cluster of members, each in a network namespace
+    /// of its own, with faults between them (`partition`, `kill: {
+    /// member: leader }`).
+    pub cluster: Option<cluster::ClusterSpec>,
     /// Processes the node needs beside it (a Kafka broker under a Kafka
     /// Streams application), started in this order before the node,
     /// ready-probed, kept running through its kills and upgrades, stopped
@@ -636,6 +641,7 @@ impl Suite {
         }
         out.extend(self.check_ready());
         out.extend(self.check_services());
+        out.extend(cluster::problems(self));
         let cells = self.cells();
         if cells.is_empty() {
             out.push((
@@ -843,6 +849,10 @@ impl Suite {
                 out.push((path, problem));
                 continue;
             }
+            if let Some(problem) = cluster::phase_problem(self, p) {
+                out.push((path, problem));
+                continue;
+            }
             match p {
                 Phase::Start if *running => out.push((
                     path,
@@ -990,6 +1000,8 @@ impl Suite {
         for cell in cells {
             let vars = cell.variables();
             let mut known: Vec<&str> = template::CELL_VARIABLES.to_vec();
+            let member_vars = cluster::variables(self.cluster.as_ref());
+            known.extend(member_vars.iter().map(String::as_str));
             known.extend(vars.keys().map(String::as_str));
             known.extend(service_vars.iter().map(String::as_str));
             let mut with_keys = known.clone();

@@ -9,10 +9,13 @@ use nix::sys::signal::Signal;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
+use std::marker::PhantomData;
+
+use super::cluster::{Either, MemberOr, NoValue};
 use super::faults::DiskFault;
 use super::values::{did_you_mean, Count, Dur, Sig, Size};
 
-pub const PHASES: [&str; 21] = [
+pub const PHASES: [&str; 23] = [
     "load",
     "run",
     "kill",
@@ -34,6 +37,8 @@ pub const PHASES: [&str; 21] = [
     "io_errors",
     "io_delay",
     "service",
+    "partition",
+    "heal",
 ];
 
 /// One step of a suite.
@@ -87,6 +92,14 @@ pub enum Phase {
     /// Kill, stop, start or restart one of the suite's `services` (a
     /// broker under the node): what follows is not the node's doing.
     Service(ServicePhase),
+    /// A member of a cluster killed, stopped, started, restarted or
+    /// paused (`- kill: { member: leader }`).
+    Member(super::cluster::MemberPhase),
+    /// The members cut apart (`- partition: { isolate: leader }`); the
+    /// partition before it lifted.
+    Partition(super::cluster::Partition),
+    /// Every partition between the members lifted.
+    Heal,
 }
 
 /// `service: { name: kafka, action: kill }`.
@@ -699,6 +712,34 @@ fn unknown(word: &str) -> String {
     )
 }
 
+/// The words that also act on one member of a cluster (`kill: {
+/// member: leader }`), and `partition` and `heal`.
+fn member_word<'de, A: MapAccess<'de>>(word: &str, map: &mut A) -> Result<Phase, A::Error> {
+    Ok(match word {
+        "kill" => match map.next_value_seed(MemberOr::<Sig>("kill", PhantomData))? {
+            Either::Plain(s) => Phase::Kill(s),
+            Either::Member(m) => Phase::Member(m),
+        },
+        "pause" => match map.next_value_seed(MemberOr::<Dur>("pause", PhantomData))? {
+            Either::Plain(d) => Phase::Pause(d.0),
+            Either::Member(m) => Phase::Member(m),
+        },
+        "partition" => Phase::Partition(map.next_value()?),
+        "heal" => return Err(de::Error::custom("`heal` takes no value: write `- heal`")),
+        w => {
+            let word = match w {
+                "start" => "start",
+                "stop" => "stop",
+                _ => "restart",
+            };
+            match map.next_value_seed(MemberOr::<NoValue>(word, PhantomData))? {
+                Either::Plain(_) => unreachable!("NoValue never reads"),
+                Either::Member(m) => Phase::Member(m),
+            }
+        }
+    })
+}
+
 impl<'de> Deserialize<'de> for Phase {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
@@ -718,6 +759,8 @@ impl<'de> Deserialize<'de> for Phase {
                     "stop" => Ok(Phase::Stop),
                     "restart" => Ok(Phase::Restart),
                     "verify" => Ok(Phase::Verify),
+                    "heal" => Ok(Phase::Heal),
+                    "partition" => Err(E::custom("`partition` needs its shape: write `- partition: halves` (or bridge, ring), `- partition: { isolate: leader }`, `{ groups: { a: [1], b: [2, 3] } }`, `{ drop: { from: 1, to: 2 } }`")),
                     "kill" => Ok(Phase::Kill(Sig(Signal::SIGKILL))),
                     "run" | "pause" | "wait" => Err(E::custom(format!("`{v}` needs a duration: write `- {v}: 30s`"))),
                     "limit" => Err(E::custom("`limit` needs a size: write `- limit: 128MiB`")),
@@ -740,10 +783,12 @@ impl<'de> Deserialize<'de> for Phase {
                     ));
                 };
                 let phase = match key.as_str() {
+                    w
+                    @ ("kill" | "pause" | "start" | "stop" | "restart" | "partition" | "heal") => {
+                        member_word(w, &mut map)?
+                    }
                     "run" => Phase::Run(map.next_value::<RunFor>()?),
-                    "pause" => Phase::Pause(map.next_value::<Dur>()?.0),
                     "wait" => Phase::Wait(map.next_value::<Dur>()?.0),
-                    "kill" => Phase::Kill(map.next_value::<Sig>()?),
                     "limit" => Phase::Limit(map.next_value::<Size>()?),
                     "exec" => Phase::Exec(map.next_value::<ExecSpec>()?),
                     "chaos" => Phase::Chaos(map.next_value::<ChaosSpec>()?),
@@ -779,11 +824,6 @@ impl<'de> Deserialize<'de> for Phase {
                                 )))
                             }
                         }
-                    }
-                    "start" | "stop" | "restart" => {
-                        return Err(de::Error::custom(format!(
-                            "`{key}` takes no value: write `- {key}`"
-                        )))
                     }
                     other => match DiskFault::from_map(other, &mut map) {
                         Some(r) => Phase::Disk(r?),
@@ -840,6 +880,9 @@ impl Phase {
             Phase::Network(_) => "network",
             Phase::Disk(d) => d.word(),
             Phase::Service(_) => "service",
+            Phase::Member(m) => m.word(),
+            Phase::Partition(_) => "partition",
+            Phase::Heal => "heal",
         }
     }
 
@@ -849,6 +892,7 @@ impl Phase {
         match self {
             Phase::Network(n) => n.is_clear(),
             Phase::Disk(d) => d.is_lift(),
+            Phase::Heal => true,
             _ => false,
         }
     }
@@ -872,6 +916,8 @@ impl fmt::Display for Phase {
             Phase::Network(n) => write!(f, "network {n}"),
             Phase::Disk(d) => write!(f, "{d}"),
             Phase::Service(s) => write!(f, "service {} {}", s.name, s.action),
+            Phase::Member(m) => write!(f, "{m}"),
+            Phase::Partition(p) => write!(f, "partition {p}"),
             Phase::Repeat { times, phases } => {
                 write!(f, "repeat {times}x ({} phases)", phases.len())
             }

@@ -181,16 +181,41 @@ manual!(Phase, "Phase", |g| {
               "properties": { "network": network, "power_cut": power_cut, "disk_full": disk_full, "io_errors": io_errors, "io_delay": io_delay } }
         ]
     });
+    let member = serde_json::json!({ "description": "a member: a number (1 is the first), random, leader, minority, majority or all",
+                    "anyOf": [{ "type": "integer", "minimum": 1 }, { "enum": crate::suite::cluster::TARGETS }] });
+    let on_member = |extra: serde_json::Value| {
+        serde_json::json!({ "type": "object", "additionalProperties": false, "required": ["member"],
+                    "description": "one member of a cluster", "properties": extra })
+    };
+    let start_member = on_member(serde_json::json!({ "member": member }));
+    let kill_member = on_member(serde_json::json!({ "member": member, "signal": sig }));
+    let pause_member = on_member(serde_json::json!({ "member": member, "for": dur }));
+    let partition = serde_json::json!({
+        "description": "the members cut apart (the partition before lifted): halves, bridge, ring, or { isolate: leader }, { groups: { a: [1], b: [2, 3] } }, { drop: { from: 1, to: 2 } }, { loss: { between: [1, 2], rate: 20% } }",
+        "anyOf": [
+            { "enum": ["halves", "bridge", "ring"] },
+            { "type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": false, "properties": {
+                "isolate": member,
+                "groups": { "anyOf": [{ "type": "object", "additionalProperties": { "type": "array", "items": { "type": "integer", "minimum": 1 } } },
+                                      { "type": "array", "items": { "type": "array", "items": { "type": "integer", "minimum": 1 } } }] },
+                "drop": { "type": "object", "additionalProperties": false, "required": ["from", "to"], "properties": { "from": member, "to": member } },
+                "loss": { "type": "object", "additionalProperties": false, "required": ["between", "rate"],
+                          "properties": { "between": { "type": "array", "items": { "type": "integer", "minimum": 1 }, "minItems": 2, "maxItems": 2 }, "rate": { "type": "string" } } }
+            } }
+        ]
+    });
     json_schema!({
         "description": format!("A phase: {}", PHASES.join(", ")),
         "anyOf": [
-            { "enum": ["load", "start", "stop", "restart", "verify", "kill", "power_cut", "disk_full"] },
+            { "enum": ["load", "start", "stop", "restart", "verify", "kill", "power_cut", "disk_full", "heal"] },
             { "type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": false,
               "properties": {
                 "run": { "description": "a duration (30s), or until the load has had this many operations acknowledged: { ops: 1000000, max: 10m }",
                         "anyOf": [dur, { "type": "object", "additionalProperties": false, "required": ["ops"],
                                          "properties": { "ops": count, "max": dur } }] },
-                "pause": dur, "wait": dur, "kill": sig, "limit": size,
+                "pause": { "anyOf": [dur, pause_member] }, "wait": dur, "kill": { "anyOf": [sig, kill_member] }, "limit": size,
+                "start": start_member, "stop": start_member, "restart": start_member,
+                "partition": partition,
                 "load": { "const": "all" },
                 "verify": { "enum": ["acknowledged-writes", "online", "offline"] },
                 "upgrade": { "type": "string", "description": "a name under `versions:`" },

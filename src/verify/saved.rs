@@ -153,6 +153,7 @@ impl SavedNode {
             grace: Duration::from_secs_f64(self.grace_s),
             log,
             user: self.user.clone(),
+            netns: None,
         })
     }
 }

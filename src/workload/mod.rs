@@ -48,6 +48,13 @@ pub struct LoadConfig {
     pub timeout: Duration,
     pub seed: u64,
     pub distribution: dist::Distribution,
+    /// A cluster's members, one protocol each (their own targets); empty
+    /// for one node. Connection `i` talks to member `i mod N`.
+    pub members: Vec<crate::protocol::Spec>,
+    /// With members: a connection whose session breaks moves on to the
+    /// next member (a client with a list of endpoints), instead of
+    /// staying with its own.
+    pub rotate: bool,
 }
 
 /// Counters and latencies of the load, summed over connections.
@@ -383,7 +390,11 @@ impl Drop for LoadThread {
 pub struct Load {
     pub cfg: LoadConfig,
     pub protocol: Arc<dyn Protocol>,
+    /// A cluster's members' protocols (empty for one node).
+    pub members: Arc<Vec<Arc<dyn Protocol>>>,
     pub ledger: Arc<Ledger>,
+    /// Where every request is recorded (`history.bin.gz`), when it is.
+    history: Option<Arc<crate::history::record::Recorder>>,
     /// Why a session could not go on (an adapter that does not speak the
     /// protocol): the cell stops.
     fatal: Arc<watch::Sender<Option<String>>>,
@@ -409,6 +420,8 @@ impl Load {
         let connections = cfg.connections;
         Load {
             protocol: cfg.protocol.open(),
+            members: Arc::new(cfg.members.iter().map(|s| s.open()).collect()),
+            history: None,
             cfg,
             ledger,
             fatal: Arc::new(watch::channel(None).0),
@@ -429,6 +442,32 @@ impl Load {
         if let Some(l) = Arc::get_mut(&mut self.ledger) {
             l.set_origin(origin);
         }
+    }
+
+    /// Records every request from now on into `path` (times from
+    /// `origin`, the cell's start); call before the load runs.
+    pub fn record_history(
+        &mut self,
+        path: &std::path::Path,
+        origin: std::time::Instant,
+    ) -> std::io::Result<()> {
+        self.history = Some(crate::history::record::Recorder::start(path, origin)?);
+        Ok(())
+    }
+
+    /// Ends the history's file (the load stopped); what it holds.
+    pub fn finish_history(&mut self) -> Option<crate::history::record::Written> {
+        let rec = self.history.take()?;
+        // The connections' copies are gone once the load is paused.
+        Arc::into_inner(rec).map(|r| r.finish())
+    }
+
+    /// The protocol of member `i` (0-based), or the node's.
+    pub fn protocol_of(&self, i: usize) -> Arc<dyn Protocol> {
+        self.members
+            .get(i)
+            .cloned()
+            .unwrap_or_else(|| self.protocol.clone())
     }
 
     /// Tells the connections whether the node is up (they hold while not).
@@ -462,6 +501,12 @@ impl Load {
                     fence: self.fence.subscribe(),
                     passed: self.passed.clone(),
                     settled: AtomicU64::new(0),
+                    members: self.members.clone(),
+                    opened: AtomicU64::new(0),
+                    history: self
+                        .history
+                        .as_ref()
+                        .map(|r| (r.clone(), Mutex::new(r.buf()))),
                 };
                 self.load.handle.spawn(conn.run())
             })
@@ -500,89 +545,23 @@ impl Load {
     /// keeps up to 100 SETs of its own keys in flight (as many as its
     /// protocol takes). Returns the keys acknowledged and the time it took.
     pub async fn fill(&mut self) -> (u64, Duration) {
-        const PIPELINE: usize = 100;
         let t0 = Instant::now();
         let n = self.cfg.connections;
         let tasks: Vec<JoinHandle<u64>> = (0..n)
             .map(|i| {
-                let (cfg, ledger) = (self.cfg.clone(), self.ledger.clone());
-                let (shared, protocol) = (self.shared.clone(), self.protocol.clone());
-                let fatal = self.fatal.clone();
-                self.load.handle.spawn(async move {
-                    let mut session = match protocol.connect(load_timeouts(&cfg)).await {
-                        Ok(s) => s,
-                        Err(e) => {
-                            if let SessionError::Fatal(why) = e {
-                                fatal.send_replace(Some(why));
-                            }
-                            return 0;
-                        }
-                    };
-                    let depth = PIPELINE.min(protocol.depth()).min(session.capacity());
-                    let mut keys = (i..cfg.keys).step_by(n);
-                    let mut in_flight: std::collections::HashMap<u64, (usize, u32)> =
-                        Default::default();
-                    let mut next_id = 0u64;
-                    let mut acked = 0;
-                    let mut failed = false;
-                    loop {
-                        while !failed && in_flight.len() < depth {
-                            let Some(k) = keys.next() else { break };
-                            let v = ledger.next_set_version(k);
-                            session.submit(
-                                next_id,
-                                Request::Set {
-                                    key: k,
-                                    value: Value::new(&ledger, k, v),
-                                },
-                            );
-                            in_flight.insert(next_id, (k, v));
-                            next_id += 1;
-                        }
-                        if in_flight.is_empty() || session.flush().is_err() {
-                            break;
-                        }
-                        let wait = tokio::time::timeout(
-                            cfg.timeout,
-                            crate::protocol::progress(session.as_mut()),
-                        );
-                        if wait.await.is_err() {
-                            break;
-                        }
-                        let mut now_acked = 0;
-                        let drained = session.drain(&mut |id, outcome| {
-                            let Some((k, v)) = in_flight.remove(&id) else {
-                                return;
-                            };
-                            match outcome {
-                                Outcome::Done => {
-                                    ledger.ack(k, v);
-                                    now_acked += 1;
-                                }
-                                Outcome::NotDone(_) => {
-                                    ledger.fail(k, v);
-                                    failed = true;
-                                }
-                                // In doubt: the ledger already says so.
-                                _ => failed = true,
-                            }
-                        });
-                        acked += now_acked;
-                        let mut sh = shared.lock().expect("stats lock");
-                        sh.total.fill_sets += now_acked;
-                        sh.interval.fill_sets += now_acked;
-                        drop(sh);
-                        match drained {
-                            Ok(()) => {}
-                            Err(SessionError::Fatal(why)) => {
-                                fatal.send_replace(Some(why));
-                                break;
-                            }
-                            Err(SessionError::Broken(_) | SessionError::ClientExited(_)) => break,
-                        }
-                    }
-                    acked
-                })
+                let filler = Filler {
+                    index: i,
+                    cfg: self.cfg.clone(),
+                    ledger: self.ledger.clone(),
+                    shared: self.shared.clone(),
+                    protocol: match self.members.len() {
+                        0 => self.protocol.clone(),
+                        m => self.members[i % m].clone(),
+                    },
+                    fatal: self.fatal.clone(),
+                    history: self.history.clone(),
+                };
+                self.load.handle.spawn(filler.run())
             })
             .collect();
         let mut total = 0;
@@ -717,6 +696,146 @@ impl Load {
 }
 
 /// One line of `latency.csv`.
+/// One connection of a `load` phase: every key it owns written once, up
+/// to 100 SETs in flight (as many as its protocol takes).
+struct Filler {
+    index: usize,
+    cfg: LoadConfig,
+    ledger: Arc<Ledger>,
+    shared: Arc<Mutex<Shared>>,
+    protocol: Arc<dyn Protocol>,
+    fatal: Arc<watch::Sender<Option<String>>>,
+    history: Option<Arc<crate::history::record::Recorder>>,
+}
+
+/// A fill's SETs in flight: key, version, when sent.
+type FillInFlight = std::collections::HashMap<u64, (usize, u32, std::time::Instant)>;
+
+impl Filler {
+    /// Writes this connection's keys; how many were acknowledged.
+    async fn run(self) -> u64 {
+        const PIPELINE: usize = 100;
+        let (i, n) = (self.index, self.cfg.connections);
+        let mut session = match self.protocol.connect(load_timeouts(&self.cfg)).await {
+            Ok(s) => s,
+            Err(e) => {
+                if let SessionError::Fatal(why) = e {
+                    self.fatal.send_replace(Some(why));
+                }
+                return 0;
+            }
+        };
+        let depth = PIPELINE.min(self.protocol.depth()).min(session.capacity());
+        let mut keys = (i..self.cfg.keys).step_by(n);
+        let mut in_flight = FillInFlight::default();
+        let mut buf = self.history.as_ref().map(|h| h.buf());
+        let (mut next_id, mut acked, mut failed) = (0u64, 0, false);
+        loop {
+            while !failed && in_flight.len() < depth {
+                let Some(k) = keys.next() else { break };
+                let v = self.ledger.next_set_version(k);
+                let value = Value::new(&self.ledger, k, v);
+                session.submit(next_id, Request::Set { key: k, value });
+                in_flight.insert(next_id, (k, v, std::time::Instant::now()));
+                next_id += 1;
+            }
+            if in_flight.is_empty() || session.flush().is_err() {
+                break;
+            }
+            let wait = tokio::time::timeout(
+                self.cfg.timeout,
+                crate::protocol::progress(session.as_mut()),
+            );
+            if wait.await.is_err() {
+                break;
+            }
+            let (now_acked, drained) =
+                self.drain(session.as_mut(), &mut in_flight, &mut buf, &mut failed);
+            acked += now_acked;
+            match drained {
+                Ok(()) => {}
+                Err(SessionError::Fatal(why)) => {
+                    self.fatal.send_replace(Some(why));
+                    break;
+                }
+                Err(SessionError::Broken(_) | SessionError::ClientExited(_)) => break,
+            }
+            if let (Some(h), Some(b)) = (&self.history, buf.as_mut()) {
+                if b.len() >= crate::history::record::CHUNK {
+                    h.ship(b);
+                }
+            }
+        }
+        // What never came back may or may not have been written.
+        if let (Some(h), Some(b)) = (&self.history, buf.as_mut()) {
+            use crate::history::record::{Asked, Ended};
+            let now = std::time::Instant::now();
+            for (k, v, sent) in in_flight.values() {
+                b.op(
+                    i as u32,
+                    *k as u64,
+                    Asked::Write(*v),
+                    Ended::Unknown,
+                    *sent,
+                    now,
+                );
+            }
+            h.ship(b);
+        }
+        acked
+    }
+
+    /// Takes the outcomes that came: the ledger and the history told,
+    /// the acknowledged counted.
+    fn drain(
+        &self,
+        session: &mut dyn Session,
+        in_flight: &mut FillInFlight,
+        buf: &mut Option<crate::history::record::Buf>,
+        failed: &mut bool,
+    ) -> (u64, Result<(), SessionError>) {
+        use crate::history::record::{Asked, Ended};
+        let mut now_acked = 0;
+        let now = std::time::Instant::now();
+        let drained = session.drain(&mut |id, outcome| {
+            let Some((k, v, sent)) = in_flight.remove(&id) else {
+                return;
+            };
+            let ended = match outcome {
+                Outcome::Done => {
+                    self.ledger.ack(k, v);
+                    now_acked += 1;
+                    Ended::Ok(None)
+                }
+                Outcome::NotDone(_) => {
+                    self.ledger.fail(k, v);
+                    *failed = true;
+                    Ended::Fail
+                }
+                // In doubt: the ledger already says so.
+                _ => {
+                    *failed = true;
+                    Ended::Unknown
+                }
+            };
+            if let Some(b) = buf.as_mut() {
+                b.op(
+                    self.index as u32,
+                    k as u64,
+                    Asked::Write(v),
+                    ended,
+                    sent,
+                    now,
+                );
+            }
+        });
+        let mut sh = self.shared.lock().expect("stats lock");
+        sh.total.fill_sets += now_acked;
+        sh.interval.fill_sets += now_acked;
+        (now_acked, drained)
+    }
+}
+
 pub struct IntervalRow {
     pub t: f64,
     pub ops: u64,
@@ -802,6 +921,16 @@ struct Conn {
     settled: AtomicU64,
     /// Where a session that cannot go on says why (the cell stops).
     fatal: Arc<watch::Sender<Option<String>>>,
+    /// A cluster's members' protocols (empty for one node), and the
+    /// sessions this connection opened so far (its member, rotating).
+    members: Arc<Vec<Arc<dyn Protocol>>>,
+    opened: AtomicU64,
+    /// The history every request is recorded into, with this
+    /// connection's records not yet shipped.
+    history: Option<(
+        Arc<crate::history::record::Recorder>,
+        Mutex<crate::history::record::Buf>,
+    )>,
 }
 
 /// A request sent and not yet answered.
@@ -871,17 +1000,28 @@ impl InFlight {
 }
 
 /// Drops a broken session: its requests in flight failed, their writes
-/// in doubt.
+/// in doubt (and in the history, of unknown outcome).
 fn broken(
+    conn: &Conn,
     session: &mut Option<Box<dyn Session>>,
     inflight: &mut InFlight,
     local: &mut LoadStats,
-    settled: &AtomicU64,
 ) {
     session.take();
+    if let Some((_, buf)) = &conn.history {
+        let now = Instant::now();
+        let mut b = buf.lock().expect("history buffer");
+        for p in inflight.slots.iter().flatten() {
+            conn.record(&mut b, p, None, now);
+        }
+    }
     let n = inflight.clear() as u64;
     local.errors += n;
-    settled.fetch_add(n, Relaxed);
+    conn.settled.fetch_add(n, Relaxed);
+}
+
+fn rng_below(rng: &mut impl Rng, n: usize) -> usize {
+    rng.random_range(0..n.max(1))
 }
 
 /// Progress of the session, or never when there is none (for `select!`).
@@ -893,6 +1033,88 @@ async fn progress(session: &mut Option<Box<dyn Session>>) {
 }
 
 impl Conn {
+    /// Records request `p` in the history: its outcome (`None`: never
+    /// known), completed at `now`.
+    fn record(
+        &self,
+        b: &mut crate::history::record::Buf,
+        p: &Pending,
+        outcome: Option<&Outcome<'_>>,
+        now: Instant,
+    ) {
+        use crate::history::record::{Asked, Ended, Seen};
+        let client = self.index as u32;
+        let ended = |o: Option<&Outcome<'_>>| match o {
+            Some(Outcome::Done) => Ended::Ok(None),
+            Some(Outcome::NotDone(_)) => Ended::Fail,
+            _ => Ended::Unknown,
+        };
+        let seen = |k: usize, v: Option<&[u8]>| match self.ledger.decode(k, v) {
+            crate::oracle::Observed::Version(x) => Seen::Version(x),
+            crate::oracle::Observed::Absent => Seen::Absent,
+            crate::oracle::Observed::Garbage => Seen::Garbage,
+        };
+        let (invoke, now) = (p.queued.into_std(), now.into_std());
+        match (&p.what, outcome) {
+            (Sent::Write(k, v, kind), o) => {
+                let asked = match kind {
+                    WriteKind::Set => Asked::Write(*v),
+                    WriteKind::Del => Asked::Delete(*v),
+                };
+                b.op(client, *k as u64, asked, ended(o), invoke, now);
+            }
+            (Sent::Get(k, _), Some(Outcome::Values([v]))) => {
+                b.op(
+                    client,
+                    *k as u64,
+                    Asked::Read,
+                    Ended::Ok(Some(seen(*k, *v))),
+                    invoke,
+                    now,
+                );
+            }
+            (Sent::Mget(keys), Some(Outcome::Values(values))) if values.len() == keys.len() => {
+                for ((k, _), v) in keys.iter().zip(values.iter()) {
+                    b.op(
+                        client,
+                        *k as u64,
+                        Asked::Read,
+                        Ended::Ok(Some(seen(*k, *v))),
+                        invoke,
+                        now,
+                    );
+                }
+            }
+            (Sent::Get(k, _), o) => b.op(client, *k as u64, Asked::Read, ended(o), invoke, now),
+            (Sent::Mget(keys), o) => {
+                for (k, _) in keys {
+                    b.op(client, *k as u64, Asked::Read, ended(o), invoke, now);
+                }
+            }
+        }
+    }
+
+    /// The protocol of the member this connection talks to now: its own
+    /// (`i mod N`), or with `rotate`, the next one after each session.
+    fn protocol(&self) -> &Arc<dyn Protocol> {
+        if self.members.is_empty() {
+            return &self.protocol;
+        }
+        let n = self.members.len();
+        let hop = if self.cfg.rotate {
+            self.opened.load(Relaxed) as usize
+        } else {
+            0
+        };
+        &self.members[(self.index + hop) % n]
+    }
+
+    /// Whether key `k` is this connection's own (its writes, and its reads
+    /// the ledger judges).
+    fn owns(&self, k: usize) -> bool {
+        k % self.cfg.connections == self.index
+    }
+
     /// The keys this connection owns (every `connections`-th from its index),
     /// chosen among by the suite's distribution.
     fn chooser(&self) -> dist::Chooser {
@@ -911,11 +1133,25 @@ impl Conn {
         let c = &self.cfg;
         let total = c.set + c.get + c.del + c.mget;
         let x = rng.random::<f64>() * total;
+        // In a cluster, reads go to any connection's keys: a read through
+        // one member of what was written through another is what can be
+        // stale (the history judges it; the ledger judges owners' reads).
+        let read_key = |rng: &mut _, j: u64| -> usize {
+            if self.members.len() < 2 {
+                return self.key(j);
+            }
+            let n = c.connections;
+            let owner = rng_below(rng, n);
+            let owned = (c.keys + n - 1 - owner) / n;
+            owner + n * (j as usize % owned.max(1))
+        };
         if x < c.get {
-            chooser.pick(rng, false).map(|j| Plan::Get(self.key(j)))
+            chooser
+                .pick(rng, false)
+                .map(|j| Plan::Get(read_key(rng, j)))
         } else if x < c.get + c.mget {
             let keys: Vec<usize> = (0..c.mget_keys)
-                .filter_map(|_| chooser.pick(rng, false).map(|j| self.key(j)))
+                .filter_map(|_| chooser.pick(rng, false).map(|j| read_key(rng, j)))
                 .collect();
             (!keys.is_empty()).then_some(Plan::Mget(keys))
         } else {
@@ -975,6 +1211,9 @@ impl Conn {
         lat: &mut Vec<u64>,
         first_lost: &mut Option<crate::model::LostWrite>,
     ) {
+        if let Some((rec, buf)) = &self.history {
+            rec.ship(&mut buf.lock().expect("history buffer"));
+        }
         if local.is_empty() && lat.is_empty() && first_lost.is_none() {
             return;
         }
@@ -1015,6 +1254,12 @@ impl Conn {
         first_lost: &mut Option<crate::model::LostWrite>,
     ) {
         use crate::oracle::KeyVerdict as V;
+        // In a cluster a member may serve a read it has not caught up on
+        // (a serializable read): the history judges a cluster's reads; the
+        // ledger judges them on one node, and every read-back.
+        if !self.owns(k) || !self.members.is_empty() {
+            return;
+        }
         let seen = self.ledger.decode(k, value);
         let verdict = self.ledger.judge_read(k, seen, snap);
         match verdict {
@@ -1041,6 +1286,14 @@ impl Conn {
         first_lost: &mut Option<crate::model::LostWrite>,
     ) {
         self.settled.fetch_add(1, Relaxed);
+        if let Some((_, buf)) = &self.history {
+            self.record(
+                &mut buf.lock().expect("history buffer"),
+                &p,
+                Some(&outcome),
+                now,
+            );
+        }
         let ok = match (p.what, outcome) {
             (Sent::Write(k, v, _), Outcome::NotDone(e)) => {
                 self.ledger.fail(k, v);
@@ -1136,7 +1389,7 @@ impl Conn {
             }
         }
         if s.flush().is_err() {
-            broken(session, inflight, local, &self.settled);
+            broken(self, session, inflight, local);
         }
     }
 
@@ -1180,7 +1433,10 @@ impl Conn {
             return None;
         }
         *last_try = Some(Instant::now());
-        match self.protocol.connect(load_timeouts(&self.cfg)).await {
+        let protocol = self.protocol().clone();
+        let opened = protocol.connect(load_timeouts(&self.cfg)).await;
+        self.opened.fetch_add(1, Relaxed);
+        match opened {
             Ok(s) => {
                 *last_try = None;
                 Some(s)
@@ -1258,7 +1514,7 @@ impl Conn {
                 _ = progress(&mut session) => {
                     let s = session.as_mut().expect("progress");
                     if !self.take_outcomes(s.as_mut(), &mut inflight, &mut local, &mut lat, &mut first_lost) {
-                        broken(&mut session, &mut inflight, &mut local, &self.settled);
+                        broken(&self, &mut session, &mut inflight, &mut local);
                     }
                     let now = Instant::now();
                     // A closed loop sends again as soon as replies come.
@@ -1273,7 +1529,7 @@ impl Conn {
                         .is_some_and(|p| now >= p.queued + self.cfg.timeout);
                     // The oldest request timed out: the session is not trusted.
                     if late {
-                        broken(&mut session, &mut inflight, &mut local, &self.settled);
+                        broken(&self, &mut session, &mut inflight, &mut local);
                     }
                     let up = *self.node_up.borrow();
                     if let Some(s) = session.as_mut().filter(|_| up != told_up) {
@@ -1338,7 +1594,7 @@ impl Conn {
             })
             .await;
             if !matches!(settled, Ok(true)) {
-                broken(session, inflight, local, &self.settled);
+                broken(self, session, inflight, local);
             }
         }
     }
@@ -1365,6 +1621,8 @@ mod tests {
             timeout: Duration::from_secs(5),
             seed: 1,
             distribution: dist::Distribution::Uniform,
+            members: vec![],
+            rotate: false,
         }
     }
 
@@ -1386,6 +1644,9 @@ mod tests {
                 fence: watch::channel(0).1,
                 passed: Arc::new(watch::channel(vec![0; 3]).0),
                 settled: AtomicU64::new(0),
+                members: Default::default(),
+                opened: AtomicU64::new(0),
+                history: None,
             };
             let mut rng = rand::rngs::SmallRng::seed_from_u64(index as u64);
             let mut chooser = conn.chooser();

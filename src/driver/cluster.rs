@@ -1,0 +1,299 @@
+//! A cluster: N members of one node definition, each a process tree in
+//! its own network namespace and cgroup, with its own data directory, log
+//! and readiness, driven as the one [`Node`] a cell runs (start brings
+//! up every member that is down; the exit future fires when any member
+//! dies) and, through [`Cluster`], one member at a time.
+
+use std::time::{Duration, Instant};
+
+use futures::future::{join_all, select_all};
+use nix::sys::signal::Signal;
+
+use super::process::ProcessNode;
+use super::{Boxed, Cluster, Death, DriverError, Exit, Exited, Launch, MemberOp, Node};
+use crate::net::netns::{Cut, Network};
+
+/// The members and their network.
+pub struct ClusterNode {
+    members: Vec<ProcessNode>,
+    net: Option<Network>,
+    /// Per member, the command that exits 0 on the leader; and its timeout.
+    leader: Vec<Vec<String>>,
+    leader_timeout: Duration,
+    dead: Option<usize>,
+}
+
+impl ClusterNode {
+    pub fn new(
+        members: Vec<ProcessNode>,
+        net: Network,
+        leader: Vec<Vec<String>>,
+        leader_timeout: Duration,
+    ) -> ClusterNode {
+        ClusterNode {
+            members,
+            net: Some(net),
+            leader,
+            leader_timeout,
+            dead: None,
+        }
+    }
+}
+
+/// A member's error, naming the member.
+fn named(m: usize, e: DriverError) -> DriverError {
+    match e {
+        DriverError::NeverReady {
+            timeout,
+            probe,
+            log,
+            tail,
+        } => DriverError::NeverReady {
+            timeout,
+            probe: format!("member {m} did not join: {probe}"),
+            log,
+            tail,
+        },
+        DriverError::ExitedBeforeReady {
+            status,
+            oom,
+            log,
+            tail,
+        } => DriverError::ExitedBeforeReady {
+            status: format!("member {m}: {status}"),
+            oom,
+            log,
+            tail,
+        },
+        DriverError::Spawn { program, source } => DriverError::Spawn {
+            program: format!("{program}` (member {m})`"),
+            source,
+        },
+        other => DriverError::Io(format!("member {m}: {other}")),
+    }
+}
+
+impl Node for ClusterNode {
+    /// Starts every member that is down, together (members wait for each
+    /// other to form a quorum), and waits until each is ready.
+    async fn start(&mut self) -> Result<Duration, DriverError> {
+        let t0 = Instant::now();
+        let results = join_all(
+            self.members
+                .iter_mut()
+                .enumerate()
+                .filter(|(_, m)| !m.is_running())
+                .map(|(i, m)| async move { (i + 1, m.start().await) }),
+        )
+        .await;
+        for (m, r) in results {
+            r.map_err(|e| named(m, e))?;
+        }
+        Ok(t0.elapsed())
+    }
+
+    async fn stop(&mut self) -> Result<Exit, DriverError> {
+        let exits = join_all(
+            self.members
+                .iter_mut()
+                .filter(|m| m.is_running())
+                .map(|m| m.stop()),
+        )
+        .await;
+        first_exit(exits)
+    }
+
+    async fn kill(&mut self, sig: Signal) -> Result<Exit, DriverError> {
+        let exits = join_all(
+            self.members
+                .iter_mut()
+                .filter(|m| m.is_running())
+                .map(|m| m.kill(sig)),
+        )
+        .await;
+        first_exit(exits)
+    }
+
+    async fn pause(&mut self) -> Result<(), DriverError> {
+        for m in self.members.iter().filter(|m| m.is_running()) {
+            m.signal(Signal::SIGSTOP)?;
+        }
+        Ok(())
+    }
+
+    async fn resume(&mut self) -> Result<(), DriverError> {
+        for m in self.members.iter().filter(|m| m.is_running()) {
+            let _ = m.signal(Signal::SIGCONT);
+        }
+        Ok(())
+    }
+
+    fn exited(&self) -> Exited {
+        let futs: Vec<Exited> = self
+            .members
+            .iter()
+            .filter(|m| m.pid().is_some())
+            .map(Node::exited)
+            .collect();
+        if futs.is_empty() {
+            return Box::pin(std::future::pending());
+        }
+        Box::pin(async move { select_all(futs).await.0 })
+    }
+
+    fn exit(&self) -> Option<Exit> {
+        self.members
+            .iter()
+            .find_map(|m| m.exit_status().map(Exit::from))
+    }
+
+    fn death(&mut self) -> Death {
+        match self.members.iter().position(|m| m.exit_status().is_some()) {
+            Some(i) => {
+                self.dead = Some(i + 1);
+                self.members[i].classify_death()
+            }
+            None => Death::Crash,
+        }
+    }
+
+    fn running(&self) -> bool {
+        self.members.iter().any(|m| m.is_running())
+    }
+
+    fn pid(&self) -> Option<i32> {
+        self.members
+            .iter()
+            .find(|m| m.is_running())
+            .and_then(|m| m.pid())
+    }
+
+    async fn set_memory_limit(&mut self, bytes: u64) -> Result<String, DriverError> {
+        let mut said = Vec::new();
+        for (i, m) in self.members.iter_mut().enumerate() {
+            said.push(format!(
+                "member {}: {}",
+                i + 1,
+                Node::set_memory_limit(m, bytes).await?
+            ));
+        }
+        Ok(said.join("; "))
+    }
+
+    fn use_version(&mut self, launch: &Launch) {
+        for m in &mut self.members {
+            m.use_version(launch);
+        }
+    }
+
+    async fn shutdown(&mut self) {
+        for m in &mut self.members {
+            m.shutdown();
+        }
+        if let Some(mut n) = self.net.take() {
+            n.teardown();
+        }
+    }
+
+    fn cluster(&mut self) -> Option<&mut dyn Cluster> {
+        Some(self)
+    }
+}
+
+fn first_exit(
+    exits: Vec<Result<std::process::ExitStatus, DriverError>>,
+) -> Result<Exit, DriverError> {
+    let mut first = None;
+    for e in exits {
+        let e = e?;
+        first.get_or_insert(Exit::from(e));
+    }
+    first.ok_or(DriverError::NotRunning)
+}
+
+impl Cluster for ClusterNode {
+    fn size(&self) -> usize {
+        self.members.len()
+    }
+
+    fn is_up(&self, m: usize) -> bool {
+        self.members.get(m - 1).is_some_and(|x| x.is_running())
+    }
+
+    fn member_pid(&self, m: usize) -> Option<i32> {
+        self.members.get(m - 1).and_then(|x| x.pid())
+    }
+
+    fn leader(&mut self) -> Boxed<'_, Result<usize, String>> {
+        Box::pin(async move {
+            if self.leader.is_empty() {
+                return Err("a fault targets the leader, and the suite's `cluster` has no `leader` probe: give `leader: { exec: [...] }`, a command that exits 0 on the leader".into());
+            }
+            // An election may be under way: ask again until the timeout.
+            let deadline = Instant::now() + self.leader_timeout;
+            loop {
+                let asked = join_all(
+                    self.leader
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| self.members[*i].is_running())
+                        .map(|(i, argv)| async move {
+                            let mut cmd = tokio::process::Command::new(&argv[0]);
+                            crate::net::netns::enter_hub(&mut cmd);
+                            cmd.args(&argv[1..])
+                                .stdin(std::process::Stdio::null())
+                                .stdout(std::process::Stdio::null())
+                                .stderr(std::process::Stdio::null())
+                                .kill_on_drop(true);
+                            let ok = tokio::time::timeout(Duration::from_secs(5), cmd.status())
+                                .await
+                                .is_ok_and(|s| s.is_ok_and(|s| s.success()));
+                            (i + 1, ok)
+                        }),
+                )
+                .await;
+                if let Some((m, _)) = asked.into_iter().find(|(_, ok)| *ok) {
+                    return Ok(m);
+                }
+                if Instant::now() >= deadline {
+                    return Err(format!(
+                        "no member is the leader by the suite's probe (`{}`) within {:?}",
+                        self.leader[0].join(" "),
+                        self.leader_timeout
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    }
+
+    fn act(&mut self, m: usize, op: MemberOp) -> Boxed<'_, Result<String, DriverError>> {
+        Box::pin(async move {
+            let node = self
+                .members
+                .get_mut(m - 1)
+                .ok_or_else(|| DriverError::Io(format!("there is no member {m}")))?;
+            match op {
+                MemberOp::Kill(sig) => Ok(format!("{}", Exit::from(node.kill(sig).await?))),
+                MemberOp::Stop => Ok(format!("{}", Exit::from(node.stop().await?))),
+                MemberOp::Start => {
+                    let took = node.start().await.map_err(|e| named(m, e))?;
+                    Ok(format!("ready after {} ms", took.as_millis()))
+                }
+                MemberOp::Pause => node.signal(Signal::SIGSTOP).map(|_| "SIGSTOP".into()),
+                MemberOp::Resume => node.signal(Signal::SIGCONT).map(|_| "SIGCONT".into()),
+            }
+        })
+    }
+
+    fn set_cuts(&mut self, cuts: &[Cut]) -> Result<(), String> {
+        match &self.net {
+            Some(n) => n.set_cuts(cuts),
+            None => Err("the cluster's network is gone".into()),
+        }
+    }
+
+    fn last_dead(&self) -> Option<usize> {
+        self.dead
+    }
+}
