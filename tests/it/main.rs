@@ -9,6 +9,7 @@ mod book;
 mod cgroup;
 mod cgroup_v2_vm;
 mod charts;
+mod cluster;
 mod docker;
 mod incidents;
 mod kubernetes;

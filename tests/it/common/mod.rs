@@ -55,7 +55,7 @@ pub fn require_tool(tool: &str, package: &str) {
 
 /// One install at a time into `dir`, across threads and processes: the
 /// lock is held until the file returned is dropped.
-fn install_lock(dir: &Path) -> std::fs::File {
+pub fn install_lock(dir: &Path) -> std::fs::File {
     std::fs::create_dir_all(dir).unwrap();
     let lock = std::fs::File::create(dir.join(".install.lock")).unwrap();
     // SAFETY: flock(2) on a descriptor `lock` owns while it is open.

@@ -250,7 +250,8 @@ pub fn interrupt(mut child: std::process::Child, report_dir: &Path, dir: tempfil
     }
 }
 
-/// No process labelled with the run, no cgroup of the run.
+/// No process labelled with the run, no cgroup, fault filesystem,
+/// container or network namespace of the run.
 pub fn assert_nothing_left(run: &Run) {
     if let Some(dir) = &run.report_dir {
         assert_eq!(run_id(dir), run.id);
@@ -283,6 +284,14 @@ pub fn assert_nothing_left(run: &Run) {
     assert!(
         containers.is_empty(),
         "containers of run {id} left: {containers:?}"
+    );
+    let namespaces: Vec<_> = soak::net::netns::leftovers()
+        .into_iter()
+        .filter(|(_, r)| *r == id)
+        .collect();
+    assert!(
+        namespaces.is_empty(),
+        "network namespaces of run {id} left: {namespaces:?}"
     );
 }
 

@@ -1,0 +1,390 @@
+//! Clusters: members in network namespaces of the run's own, faults
+//! between them, every history checked for linearizability; and soak's
+//! checker against Porcupine (the reference, built from the Go module
+//! proxy) on Porcupine's own Jepsen histories and on the histories soak's
+//! cluster runs record.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::common::soak::{
+    assert_nothing_left, interrupt, labelled, soak_run, suite, wait_for_file, walk,
+};
+use crate::common::{install_lock, require_tool};
+
+fn soak() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_soak"))
+}
+
+/// Porcupine's module (its test data) and the Go program of
+/// `tests/porcupine`, built once under `target/porcupine`.
+fn porcupine() -> (PathBuf, PathBuf) {
+    require_tool(
+        "go",
+        "golang (or Go from go.dev: the tests build Porcupine from the Go module proxy)",
+    );
+    let here = suite("tests/porcupine");
+    let out = suite("target/porcupine");
+    let _lock = install_lock(&out);
+    let bin = out.join("porcupine");
+    if !bin.exists() {
+        let built = Command::new("go")
+            .args(["build", "-o"])
+            .arg(&bin)
+            .arg(".")
+            .current_dir(&here)
+            .status()
+            .unwrap();
+        assert!(built.success(), "go build of tests/porcupine failed");
+    }
+    let dl = Command::new("go")
+        .args([
+            "mod",
+            "download",
+            "-json",
+            "github.com/anishathalye/porcupine@v1.3.1",
+        ])
+        .current_dir(&here)
+        .output()
+        .unwrap();
+    assert!(
+        dl.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dl.stderr)
+    );
+    let info: serde_json::Value = serde_json::from_slice(&dl.stdout).unwrap();
+    (PathBuf::from(info["Dir"].as_str().unwrap()), bin)
+}
+
+/// Porcupine's verdict on a history file in its form: ok, illegal, unknown.
+fn porcupine_verdict(bin: &Path, file: &Path) -> String {
+    let out = Command::new(bin).arg(file).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace().nth(1).unwrap().to_string()
+}
+
+/// `soak history FILE --format porcupine` into `dir`.
+fn as_porcupine(history: &Path, dir: &Path) -> PathBuf {
+    let name = history
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .replace('/', "_");
+    let out = dir.join(format!("{name}.json"));
+    let st = soak()
+        .arg("history")
+        .arg(history)
+        .args(["--format", "porcupine", "-o"])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(st.success(), "soak history {}", history.display());
+    out
+}
+
+/// soak's verdict by its exit code: 0 linearizable, 1 not.
+fn soak_verdict(file: &Path) -> i32 {
+    soak()
+        .arg("check-history")
+        .arg(file)
+        .output()
+        .unwrap()
+        .status
+        .code()
+        .unwrap()
+}
+
+#[test]
+fn porcupines_jepsen_and_key_value_histories_get_porcupines_verdicts() {
+    let (module, bin) = porcupine();
+    let tests = std::fs::read_to_string(module.join("porcupine_test.go")).unwrap();
+    let re = regex::Regex::new(r"checkJepsen\(t, (\d+), (true|false)\)").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut checked = 0;
+    for c in re.captures_iter(&tests) {
+        let n: u32 = c[1].parse().unwrap();
+        let want = &c[2] == "true";
+        let log = module.join(format!("test_data/jepsen/etcd_{n:03}.log"));
+        let got = soak_verdict(&log);
+        assert_eq!(
+            got,
+            if want { 0 } else { 1 },
+            "etcd_{n:03}: Porcupine's test says {want}"
+        );
+        // Porcupine itself, on soak's conversion of the same history.
+        let p = porcupine_verdict(&bin, &as_porcupine(&log, dir.path()));
+        assert_eq!(
+            p,
+            if want { "ok" } else { "illegal" },
+            "etcd_{n:03} through soak's conversion"
+        );
+        checked += 1;
+    }
+    assert_eq!(
+        checked, 102,
+        "Porcupine v1.3.1 judges 102 Jepsen etcd histories"
+    );
+    for name in [
+        "c01-ok", "c01-bad", "c10-ok", "c10-bad", "c50-ok", "c50-bad",
+    ] {
+        let file = module.join(format!("test_data/kv/{name}.txt"));
+        let want = name.ends_with("-ok");
+        assert_eq!(soak_verdict(&file), if want { 0 } else { 1 }, "{name}");
+        let p = porcupine_verdict(&bin, &as_porcupine(&file, dir.path()));
+        assert_eq!(
+            p,
+            if want { "ok" } else { "illegal" },
+            "{name} through soak's conversion"
+        );
+    }
+    // The proof that the comparison can fail: a read flipped in a history
+    // Porcupine finds linearizable makes both say it is not.
+    let ok = std::fs::read_to_string(module.join("test_data/jepsen/etcd_002.log")).unwrap();
+    let line = ok.lines().position(|l| l.contains(":ok\t:read\t")).unwrap();
+    let flipped: Vec<String> = ok
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            if i == line {
+                let v = l.rsplit('\t').next().unwrap();
+                let other = if v == "nil" {
+                    "9".to_string()
+                } else {
+                    format!("{}9", v)
+                };
+                l.replacen(&format!("\t{v}"), &format!("\t{other}"), 1)
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    let bad = dir.path().join("flipped.log");
+    std::fs::write(&bad, flipped.join("\n")).unwrap();
+    assert_eq!(soak_verdict(&bad), 1);
+    assert_eq!(
+        porcupine_verdict(&bin, &as_porcupine(&bad, dir.path())),
+        "illegal"
+    );
+}
+
+#[test]
+fn a_history_that_is_not_one_is_refused_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("empty.edn", "", ".edn:1:", "empty"),
+        (
+            "twice.edn",
+            "{:process 0, :type :invoke, :f :read, :value nil}\n{:process 0, :type :invoke, :f :write, :value 1}\n",
+            ":2:",
+            "invokes again",
+        ),
+        ("prose.txt", "hello\n", ":1:", "not a history"),
+        (
+            "orphan.edn",
+            "{:process 0, :type :invoke, :f :write, :value 1}\n{:process 1, :type :ok, :f :write, :value 1}\n",
+            ":2:",
+            "never invoked",
+        ),
+    ];
+    for (name, text, at, says) in cases {
+        let f = dir.path().join(name);
+        std::fs::write(&f, text).unwrap();
+        let out = soak().arg("check-history").arg(&f).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains(at) && err.contains(says), "{name}: {err}");
+    }
+}
+
+/// Three etcd members under partitions, a leader kill and a pause:
+/// linearizable reads pass, serializable reads are found stale and tied
+/// to a partition; Porcupine agrees on both histories.
+#[test]
+fn etcd_linearizable_reads_pass_and_serializable_reads_are_found_stale() {
+    require_tool("etcd", "etcd-server");
+    require_tool("nft", "nftables");
+    let run = soak_run("suites/etcd-cluster.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let cells = &run.summary().cells;
+    let lin = cells.iter().find(|c| c.id == "reads=linearizable").unwrap();
+    let ser = cells.iter().find(|c| c.id == "reads=serializable").unwrap();
+    let h = lin.history.as_ref().expect("a history record");
+    assert_eq!(h.verdict, "linearizable", "{h:?}");
+    assert!(h.operations > 5_000, "{h:?}");
+    assert_eq!(lin.integrity.lost, 0);
+    let h = ser.history.as_ref().expect("a history record");
+    assert_eq!(h.verdict, "not_linearizable", "{h:?}");
+    assert!(!h.violations.is_empty());
+    for v in &h.violations {
+        assert!(v.operation.starts_with("read()"), "a stale read: {v:?}");
+        assert!(
+            v.faults.iter().any(|f| f.contains("partition")),
+            "tied to a partition: {v:?}"
+        );
+        assert!(v.window.len() >= 2, "{v:?}");
+    }
+    let e = ser.expectation.as_ref().unwrap();
+    assert!(e.met && e.incident, "{e:?}");
+    // Porcupine on the same histories.
+    let (_, bin) = porcupine();
+    let dir = tempfile::tempdir().unwrap();
+    let report = run.report_dir.as_ref().unwrap();
+    for (cell, want) in [(lin, "ok"), (ser, "illegal")] {
+        let file = report.join(&cell.history.as_ref().unwrap().file);
+        let p = as_porcupine(&file, dir.path());
+        assert_eq!(porcupine_verdict(&bin, &p), want, "{}", cell.id);
+    }
+}
+
+#[test]
+fn a_member_that_never_joins_is_named_with_its_log_and_nothing_is_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(suite("tests/suites/cluster-soak-nodes.yaml"))
+        .unwrap()
+        .replace(
+            r#"command: ["${SOAK_NODE}","#,
+            r#"command: ["sh", "-c", "if [ ${MEMBER} = 2 ]; then echo member two will not join; exec sleep 60; fi; exec \"$0\" \"$@\"", "${SOAK_NODE}","#,
+        )
+        .replace("timeout: 30s", "timeout: 5s");
+    let path = dir.path().join("never-joins.yaml");
+    std::fs::write(&path, text).unwrap();
+    let run = soak_run(path.to_str().unwrap(), &[]);
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    let err = run.stderr();
+    assert!(err.contains("member 2 did not join"), "{err}");
+    assert!(
+        err.contains("member two will not join"),
+        "its log quoted: {err}"
+    );
+    assert!(err.contains("members/2/node.log"), "{err}");
+}
+
+#[test]
+fn cluster_mistakes_are_refused_at_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(suite("tests/suites/cluster-soak-nodes.yaml")).unwrap();
+    let cases = [
+        (
+            "partition: { isolate: 3 }",
+            "partition: { isolate: 4 }",
+            "no member 4",
+        ),
+        (
+            "partition: { isolate: 3 }",
+            "partition: { groups: { a: [1], b: [2, 5] } }",
+            "no member 5",
+        ),
+        (
+            "kill: { member: 2 }",
+            "kill: { member: leader }",
+            "needs a way to find the leader",
+        ),
+        (
+            "partition: { isolate: 3 }",
+            "partition: { isolate: 3, heal: 1 }",
+            "one partition per phase",
+        ),
+        (
+            "cluster:\n  members: 3",
+            "cluster:\n  members: 3\n  bogus: 1",
+            "unknown field `bogus`",
+        ),
+        (
+            "ready: {",
+            "image: soak-node:local\n  ready: {",
+            "not done for clusters yet",
+        ),
+    ];
+    for (from, to, says) in cases {
+        let path = dir.path().join("bad.yaml");
+        std::fs::write(&path, base.replace(from, to)).unwrap();
+        let out = soak().arg("validate").arg(&path).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{to}: {err}");
+        assert!(err.contains(says), "{to}: {err}");
+        // file:line:column
+        assert!(
+            regex::Regex::new(r"bad\.yaml:\d+:\d+")
+                .unwrap()
+                .is_match(&err),
+            "{to}: {err}"
+        );
+    }
+    // A member phase without a cluster.
+    let smoke = std::fs::read_to_string(suite("suites/smoke.yaml")).unwrap();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(
+        &path,
+        smoke.replace("  - kill: SIGKILL", "  - kill: { member: 2 }"),
+    )
+    .unwrap();
+    let out = soak().arg("validate").arg(&path).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("the suite has none"), "{err}");
+}
+
+/// The namespaces of run `id`.
+fn namespaces_of(id: &str) -> Vec<String> {
+    soak::net::netns::leftovers()
+        .into_iter()
+        .filter(|(_, r)| r == id)
+        .map(|(n, _)| n)
+        .collect()
+}
+
+/// A cluster's run started in the background; its run id once its
+/// members are ready.
+fn started(dir: &Path, stderr: std::process::Stdio) -> (std::process::Child, String, PathBuf) {
+    let _beside = crate::common::beside();
+    let child = soak()
+        .arg("run")
+        .arg(suite("tests/suites/cluster-soak-nodes.yaml"))
+        .arg("--out")
+        .arg(dir)
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let events = wait_for_file(dir, "events.jsonl", |e| {
+        std::fs::read_to_string(e)
+            .unwrap()
+            .contains("\"kind\":\"member\"")
+    });
+    let report = events.ancestors().nth(3).unwrap().to_path_buf();
+    let id = crate::common::soak::run_id(&report);
+    (child, id, report)
+}
+
+#[test]
+fn an_interrupted_cluster_run_stops_with_130_and_leaves_nothing() {
+    require_tool("nft", "nftables");
+    let dir = tempfile::tempdir().unwrap();
+    let (child, id, report) = started(dir.path(), std::process::Stdio::null());
+    assert!(
+        !namespaces_of(&id).is_empty(),
+        "the run made its namespaces"
+    );
+    let run = interrupt(child, &report, dir);
+    assert_nothing_left(&run);
+}
+
+#[test]
+fn a_killed_soak_leaves_namespaces_that_soak_cleanup_removes() {
+    require_tool("nft", "nftables");
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, id, _) = started(dir.path(), std::process::Stdio::null());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!namespaces_of(&id).is_empty(), "a SIGKILL leaves them");
+    let out = soak().args(["cleanup", "--run", &id]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("removed network namespace"), "{said}");
+    assert!(namespaces_of(&id).is_empty());
+    assert!(labelled(&id).is_empty());
+    assert!(walk(dir.path()).iter().any(|p| p.ends_with("events.jsonl")));
+}
