@@ -300,6 +300,7 @@ fn cluster_mistakes_are_refused_at_their_line() {
             "not done for clusters yet",
         ),
     ];
+    let located = regex::Regex::new(r"bad\.yaml:\d+:\d+").unwrap();
     for (from, to, says) in cases {
         let path = dir.path().join("bad.yaml");
         std::fs::write(&path, base.replace(from, to)).unwrap();
