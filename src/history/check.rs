@@ -31,8 +31,8 @@
 //!   outcome is unknown and whose value no read returned (it may always
 //!   take effect last, where nothing sees it).
 //!
-//! - Keys are checked in rounds of growing budgets (a hundred thousand
-//!   steps each, then ten times more for those not yet decided), and the
+//! - Keys are checked in rounds of growing budgets (ten thousand steps
+//!   each, then ten times more for those not yet decided), and the
 //!   check stops after the round that finds a violation: a history with
 //!   an easy violation and a hard key is judged as fast as Porcupine
 //!   judges it (it stops at the first violation), and the keys checked
@@ -58,7 +58,7 @@ use super::{History, Outcome, Val, F, NIL};
 const ANY: u64 = u64::MAX;
 const NONE: u32 = u32::MAX;
 /// The first round's steps a key (see the module's notes).
-const FIRST_ROUND: u64 = 100_000;
+const FIRST_ROUND: u64 = 10_000;
 
 /// How much a check may spend before it says "unknown".
 #[derive(Debug, Clone, Copy)]
@@ -231,11 +231,26 @@ fn check_round(
 ) -> Vec<(usize, KeyResult, u64, usize)> {
     let mut order = left.to_vec();
     order.sort_by_key(|&k| (std::cmp::Reverse(by_key[k].len()), k));
+    // A small history is checked on this thread: starting threads would
+    // cost more than checking it.
+    let ops: usize = order.iter().map(|&k| by_key[k].len()).sum();
     let threads = match opts.threads {
+        0 if ops < 5_000 => 1,
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     }
     .min(order.len().max(1));
+    if threads == 1 {
+        let mut out: Vec<_> = order
+            .iter()
+            .map(|&k| {
+                let (r, steps, dropped) = check_key(h, &by_key[k], budget, opts);
+                (k, r, steps, dropped)
+            })
+            .collect();
+        out.sort_by_key(|r| r.0);
+        return out;
+    }
     let next = AtomicUsize::new(0);
     let late = AtomicBool::new(false);
     let results = Mutex::new(Vec::with_capacity(order.len()));
@@ -420,14 +435,11 @@ fn check_key(h: &History, idx: &[u32], budget: &Budget, opts: &Options) -> (KeyR
         Found::Unknown(why) => KeyResult::Unknown(why),
         Found::Illegal(culprit) => {
             let (window, from_start, more) = if opts.windows {
-                // A window costs about what finding the violation cost:
-                // one that runs out is taken as linearizable, and the
-                // window shown is the larger one before it.
-                let small = Budget {
-                    steps: (steps * 2).clamp(50_000, 2_000_000),
-                    ..*budget
-                };
-                window(&ops, culprit, &small)
+                // The window search costs at most what finding the
+                // violation cost: an attempt that runs out is taken as
+                // linearizable, and the window shown is the smallest one
+                // found by then.
+                window(&ops, culprit, steps.max(50_000), budget)
             } else {
                 ((0..ops.len()).collect(), true, 0)
             };
@@ -454,15 +466,22 @@ fn check_key(h: &History, idx: &[u32], budget: &Budget, opts: &Options) -> (KeyR
 /// linearized proves the history cannot. Returns the window's operations
 /// (indices into `ops`), whether it starts at the key's start, and the
 /// steps it took.
-fn window(ops: &[P], culprit: usize, budget: &Budget) -> (Vec<usize>, bool, u64) {
+fn window(ops: &[P], culprit: usize, total: u64, budget: &Budget) -> (Vec<usize>, bool, u64) {
     let mut steps = 0;
     let mut illegal = |s: u64, t: u64| {
+        let left = total.saturating_sub(steps);
+        if left == 0 {
+            return false;
+        }
         let p: Vec<P> = cut(ops, s, t)
             .iter()
             .map(|&i| cut_op(&ops[i], s, t))
             .collect();
         let mut search = Search::new(&p, if s == 0 { 0 } else { ANY });
-        let r = search.run(budget);
+        let r = search.run(&Budget {
+            steps: left,
+            ..*budget
+        });
         steps += search.steps;
         matches!(r, Found::Illegal(_))
     };

@@ -34,6 +34,10 @@ pub struct CheckArgs {
     /// the first).
     #[arg(long)]
     pub all_keys: bool,
+    /// The verdict alone: no search for the smallest window around a
+    /// violation (the whole key is shown).
+    #[arg(long)]
+    pub no_window: bool,
 }
 
 #[derive(clap::Args)]
@@ -88,7 +92,7 @@ pub fn check_history(a: CheckArgs) -> i32 {
             ..Budget::default()
         },
         threads: a.threads,
-        windows: true,
+        windows: !a.no_window,
         all_keys: a.all_keys,
     };
     let r = check::check(&h, &opts);
