@@ -3,9 +3,11 @@
 //! 100-byte values, SET and GET, each run three times, interleaved, the
 //! median kept. soak runs in its closed loop (`rate: max`, `pipeline: N`)
 //! with the ledger on: every SET is recorded, every GET's value decoded
-//! and checked against it.
+//! and checked against it; and again with every request also recorded in
+//! a history (`history.bin.gz`, as a cluster or a `linearizable` check
+//! records it), in the same rounds, to show what recording costs.
 //!
-//!     cargo run --example loadgen [seconds per soak run, default 4]
+//!     cargo run --release --no-default-features --example loadgen [seconds per soak run, default 4]
 //!
 //! Needs redis-server and redis-benchmark (`apt-get install redis-server
 //! redis-tools`). Prints a markdown table for docs/src/benchmarks.md.
@@ -58,7 +60,13 @@ fn redis_benchmark(port: u16, test: &str, pipeline: usize) -> f64 {
 }
 
 /// soak's closed loop for `secs`, after filling the keys (for GETs).
-async fn soak(port: u16, test: &str, pipeline: usize, secs: f64) -> f64 {
+async fn soak(
+    port: u16,
+    test: &str,
+    pipeline: usize,
+    secs: f64,
+    history: Option<&std::path::Path>,
+) -> f64 {
     let cfg = LoadConfig {
         protocol: soak::protocol::Spec::Resp(soak::protocol::resp::Spec {
             target: format!("127.0.0.1:{port}"),
@@ -81,6 +89,11 @@ async fn soak(port: u16, test: &str, pipeline: usize, secs: f64) -> f64 {
         rotate: false,
     };
     let mut engine = Load::new(cfg);
+    if let Some(h) = history {
+        engine
+            .record_history(h, std::time::Instant::now())
+            .expect("a history file");
+    }
     if test == "get" {
         engine.fill().await;
     }
@@ -88,6 +101,15 @@ async fn soak(port: u16, test: &str, pipeline: usize, secs: f64) -> f64 {
     tokio::time::sleep(Duration::from_secs_f64(secs)).await;
     engine.pause().await;
     let s = engine.stats();
+    if let Some(w) = engine.finish_history() {
+        assert!(w.error.is_none(), "{:?}", w.error);
+        assert!(
+            w.ops >= s.ops_ok(),
+            "every request recorded: {} of {}",
+            w.ops,
+            s.ops_ok()
+        );
+    }
     assert_eq!(s.errors, 0, "soak's load had errors");
     assert_eq!(s.corrupted_reads, 0, "soak read values it never wrote");
     s.ops_per_s()
@@ -124,20 +146,24 @@ async fn main() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    println!("| test | pipeline | redis-benchmark ops/s | soak ops/s | soak / redis-benchmark |");
-    println!("|---|---:|---:|---:|---:|");
+    let history = dir.path().join("history.bin.gz");
+    println!("| test | pipeline | redis-benchmark ops/s | soak ops/s | ratio | soak, history recorded | ratio | with / without |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for pipeline in [1, 16] {
         for test in ["set", "get"] {
-            let (mut theirs, mut ours) = (vec![], vec![]);
+            let (mut theirs, mut ours, mut recorded) = (vec![], vec![], vec![]);
             for _ in 0..ROUNDS {
                 theirs.push(redis_benchmark(port, test, pipeline));
-                ours.push(soak(port, test, pipeline, secs).await);
+                ours.push(soak(port, test, pipeline, secs, None).await);
+                recorded.push(soak(port, test, pipeline, secs, Some(&history)).await);
             }
-            let (t, o) = (median(theirs), median(ours));
+            let (t, o, r) = (median(theirs), median(ours), median(recorded));
             println!(
-                "| {} | {pipeline} | {t:.0} | {o:.0} | {:.2}x |",
+                "| {} | {pipeline} | {t:.0} | {o:.0} | {:.2}x | {r:.0} | {:.2}x | {:.3} |",
                 test.to_uppercase(),
-                o / t
+                o / t,
+                r / t,
+                r / o
             );
         }
     }

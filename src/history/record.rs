@@ -13,8 +13,8 @@
 //!
 //! A chunk is its length followed by its records, each `[tag][client]
 //! [key][value][invoke - previous invoke, zigzag][complete - invoke]`, all
-//! LEB128 varints but the tag; times are nanoseconds since the cell's
-//! start (a chunk's first invoke counts from 0).
+//! LEB128 varints but the tag; times are microseconds since the cell's
+//! start (a chunk's first invoke counts from 0), read back as nanoseconds.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use super::{History, Op, Outcome, F, NIL};
 
-/// The file's first bytes.
-const MAGIC: &[u8; 8] = b"SOAKHIS1";
+/// The file's first bytes (2: times in microseconds).
+const MAGIC: &[u8; 8] = b"SOAKHIS2";
 /// Chunks in flight to the writer, at most (each up to [`CHUNK`] bytes).
 const QUEUE: usize = 256;
 /// A buffer ships when it holds this much.
@@ -92,8 +92,16 @@ impl Buf {
         }
     }
 
-    fn ns(&self, t: Instant) -> u64 {
-        t.saturating_duration_since(self.origin).as_nanos() as u64
+    /// Microseconds since the cell began: an invocation rounded down, a
+    /// completion up, so that an operation's interval only widens (which
+    /// can hide no anomaly wider than a microsecond, and invents none).
+    fn us(&self, t: Instant, up: bool) -> u64 {
+        let ns = t.saturating_duration_since(self.origin).as_nanos() as u64;
+        if up {
+            ns.div_ceil(1000)
+        } else {
+            ns / 1000
+        }
     }
 
     /// Records one request; `complete` is `None` when it never completed.
@@ -119,7 +127,7 @@ impl Buf {
             Ended::Fail => (1, 0, value),
             Ended::Unknown => (2, 0, value),
         };
-        let invoke = self.ns(invoke);
+        let invoke = self.us(invoke, false);
         if self.bytes.is_empty() {
             // A chunk's first time is whole: chunks of several
             // connections interleave in the file.
@@ -132,7 +140,7 @@ impl Buf {
         varint(&mut self.bytes, zigzag(invoke as i64 - self.last as i64));
         self.last = invoke;
         if outcome != 2 {
-            let took = self.ns(complete).saturating_sub(invoke);
+            let took = self.us(complete, true).saturating_sub(invoke);
             varint(&mut self.bytes, took);
         }
         self.count += 1;
@@ -348,8 +356,8 @@ pub fn read(
                 key: k,
                 f,
                 outcome,
-                invoke,
-                complete: took.map_or(u64::MAX, |t| invoke + t),
+                invoke: invoke * 1000,
+                complete: took.map_or(u64::MAX, |t| (invoke + t) * 1000),
             });
         }
     }

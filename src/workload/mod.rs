@@ -1012,12 +1012,22 @@ fn broken(
         let now = Instant::now();
         let mut b = buf.lock().expect("history buffer");
         for p in inflight.slots.iter().flatten() {
-            conn.record(&mut b, p, None, now);
+            conn.record_unknown(&mut b, p, now);
         }
     }
     let n = inflight.clear() as u64;
     local.errors += n;
     conn.settled.fetch_add(n, Relaxed);
+}
+
+/// What a read saw, as the history keeps it.
+fn seen_of(o: crate::oracle::Observed) -> crate::history::record::Seen {
+    use crate::history::record::Seen;
+    match o {
+        crate::oracle::Observed::Version(v) => Seen::Version(v),
+        crate::oracle::Observed::Absent => Seen::Absent,
+        crate::oracle::Observed::Garbage => Seen::Garbage,
+    }
 }
 
 fn rng_below(rng: &mut impl Rng, n: usize) -> usize {
@@ -1033,64 +1043,17 @@ async fn progress(session: &mut Option<Box<dyn Session>>) {
 }
 
 impl Conn {
-    /// Records request `p` in the history: its outcome (`None`: never
-    /// known), completed at `now`.
-    fn record(
-        &self,
-        b: &mut crate::history::record::Buf,
-        p: &Pending,
-        outcome: Option<&Outcome<'_>>,
-        now: Instant,
-    ) {
-        use crate::history::record::{Asked, Ended, Seen};
-        let client = self.index as u32;
-        let ended = |o: Option<&Outcome<'_>>| match o {
-            Some(Outcome::Done) => Ended::Ok(None),
-            Some(Outcome::NotDone(_)) => Ended::Fail,
-            _ => Ended::Unknown,
-        };
-        let seen = |k: usize, v: Option<&[u8]>| match self.ledger.decode(k, v) {
-            crate::oracle::Observed::Version(x) => Seen::Version(x),
-            crate::oracle::Observed::Absent => Seen::Absent,
-            crate::oracle::Observed::Garbage => Seen::Garbage,
-        };
-        let (invoke, now) = (p.queued.into_std(), now.into_std());
-        match (&p.what, outcome) {
-            (Sent::Write(k, v, kind), o) => {
-                let asked = match kind {
-                    WriteKind::Set => Asked::Write(*v),
-                    WriteKind::Del => Asked::Delete(*v),
-                };
-                b.op(client, *k as u64, asked, ended(o), invoke, now);
-            }
-            (Sent::Get(k, _), Some(Outcome::Values([v]))) => {
-                b.op(
-                    client,
-                    *k as u64,
-                    Asked::Read,
-                    Ended::Ok(Some(seen(*k, *v))),
-                    invoke,
-                    now,
-                );
-            }
-            (Sent::Mget(keys), Some(Outcome::Values(values))) if values.len() == keys.len() => {
-                for ((k, _), v) in keys.iter().zip(values.iter()) {
-                    b.op(
-                        client,
-                        *k as u64,
-                        Asked::Read,
-                        Ended::Ok(Some(seen(*k, *v))),
-                        invoke,
-                        now,
-                    );
-                }
-            }
-            (Sent::Get(k, _), o) => b.op(client, *k as u64, Asked::Read, ended(o), invoke, now),
-            (Sent::Mget(keys), o) => {
-                for (k, _) in keys {
-                    b.op(client, *k as u64, Asked::Read, ended(o), invoke, now);
-                }
-            }
+    /// Records request `p`, still in flight when its session broke, in the
+    /// history: its outcome never known.
+    fn record_unknown(&self, b: &mut crate::history::record::Buf, p: &Pending, now: Instant) {
+        use crate::history::record::{Asked, Ended};
+        let (client, invoke, now) = (self.index as u32, p.queued.into_std(), now.into_std());
+        let mut note = |k: usize, asked| b.op(client, k as u64, asked, Ended::Unknown, invoke, now);
+        match &p.what {
+            Sent::Write(k, v, WriteKind::Set) => note(*k, Asked::Write(*v)),
+            Sent::Write(k, v, WriteKind::Del) => note(*k, Asked::Delete(*v)),
+            Sent::Get(k, _) => note(*k, Asked::Read),
+            Sent::Mget(keys) => keys.iter().for_each(|(k, _)| note(*k, Asked::Read)),
         }
     }
 
@@ -1248,7 +1211,7 @@ impl Conn {
     fn judge_read(
         &self,
         k: usize,
-        value: Option<&[u8]>,
+        seen: crate::oracle::Observed,
         snap: (u32, u32),
         local: &mut LoadStats,
         first_lost: &mut Option<crate::model::LostWrite>,
@@ -1260,7 +1223,6 @@ impl Conn {
         if !self.owns(k) || !self.members.is_empty() {
             return;
         }
-        let seen = self.ledger.decode(k, value);
         let verdict = self.ledger.judge_read(k, seen, snap);
         match verdict {
             V::Lost => local.lost_reads += 1,
@@ -1285,48 +1247,80 @@ impl Conn {
         lat: &mut Vec<u64>,
         first_lost: &mut Option<crate::model::LostWrite>,
     ) {
+        use crate::history::record::{Asked, Ended};
         self.settled.fetch_add(1, Relaxed);
-        if let Some((_, buf)) = &self.history {
-            self.record(
-                &mut buf.lock().expect("history buffer"),
-                &p,
-                Some(&outcome),
-                now,
-            );
-        }
-        let ok = match (p.what, outcome) {
-            (Sent::Write(k, v, _), Outcome::NotDone(e)) => {
-                self.ledger.fail(k, v);
-                local.not_done += 1;
-                local.error_reply.get_or_insert_with(|| e.to_string());
-                false
+        let mut hist = self
+            .history
+            .as_ref()
+            .map(|(_, b)| b.lock().expect("history buffer"));
+        let (client, invoke, at) = (self.index as u32, p.queued.into_std(), now.into_std());
+        let mut note = |k: usize, asked: Asked, ended: Ended| {
+            if let Some(b) = hist.as_mut() {
+                b.op(client, k as u64, asked, ended, invoke, at);
             }
-            (_, Outcome::NotDone(e) | Outcome::Unknown(e)) => {
-                local.error_reply.get_or_insert_with(|| e.to_string());
-                false
+        };
+        let ok = match (p.what, outcome) {
+            (Sent::Write(k, v, kind), o) => {
+                let asked = match kind {
+                    WriteKind::Set => Asked::Write(v),
+                    WriteKind::Del => Asked::Delete(v),
+                };
+                match o {
+                    Outcome::Done => {
+                        self.ledger.ack_at(k, v, now.into_std());
+                        match kind {
+                            WriteKind::Set => local.sets_ok += 1,
+                            WriteKind::Del => local.dels_ok += 1,
+                        }
+                        note(k, asked, Ended::Ok(None));
+                    }
+                    Outcome::NotDone(e) => {
+                        self.ledger.fail(k, v);
+                        local.not_done += 1;
+                        local.error_reply.get_or_insert_with(|| e.to_string());
+                        note(k, asked, Ended::Fail);
+                    }
+                    Outcome::Unknown(e) => {
+                        local.error_reply.get_or_insert_with(|| e.to_string());
+                        note(k, asked, Ended::Unknown);
+                    }
+                    // An answer of the wrong shape: the node's error.
+                    Outcome::Values(_) => note(k, asked, Ended::Unknown),
+                }
+                matches!(o, Outcome::Done)
             }
             (Sent::Get(k, snap), Outcome::Values([v])) => {
                 local.gets_ok += 1;
-                self.judge_read(k, *v, snap, local, first_lost);
+                let seen = self.ledger.decode(k, *v);
+                self.judge_read(k, seen, snap, local, first_lost);
+                note(k, Asked::Read, Ended::Ok(Some(seen_of(seen))));
                 true
             }
             (Sent::Mget(keys), Outcome::Values(values)) if values.len() == keys.len() => {
                 local.mgets_ok += 1;
                 for ((k, snap), v) in keys.into_iter().zip(values) {
-                    self.judge_read(k, *v, snap, local, first_lost);
+                    let seen = self.ledger.decode(k, *v);
+                    self.judge_read(k, seen, snap, local, first_lost);
+                    note(k, Asked::Read, Ended::Ok(Some(seen_of(seen))));
                 }
                 true
             }
-            (Sent::Write(k, v, kind), Outcome::Done) => {
-                self.ledger.ack_at(k, v, now.into_std());
-                match kind {
-                    WriteKind::Set => local.sets_ok += 1,
-                    WriteKind::Del => local.dels_ok += 1,
+            // A read refused, failed or malformed.
+            (what, o) => {
+                if let Outcome::NotDone(e) | Outcome::Unknown(e) = o {
+                    local.error_reply.get_or_insert_with(|| e.to_string());
                 }
-                true
+                let ended = match o {
+                    Outcome::NotDone(_) => Ended::Fail,
+                    _ => Ended::Unknown,
+                };
+                match what {
+                    Sent::Get(k, _) => note(k, Asked::Read, ended),
+                    Sent::Mget(keys) => keys.iter().for_each(|(k, _)| note(*k, Asked::Read, ended)),
+                    Sent::Write(..) => unreachable!("writes are matched above"),
+                }
+                false
             }
-            // An answer of the wrong shape: the node's error.
-            _ => false,
         };
         if ok {
             let us = (now - p.intended).as_micros().clamp(1, 3_600_000_000) as u64;
