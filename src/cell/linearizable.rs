@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::history::check::{self, Budget, Options, Verdict as Found};
-use crate::history::{History, Op};
-use crate::model::{CheckResult, HistoryRecord, HistoryViolation, Verdict};
+use crate::history::History;
+use crate::model::{ActiveFault, CheckResult, HistoryRecord, HistoryViolation, Verdict, WindowOp};
 use crate::suite::checks::LinearizableCheck;
 use crate::suite::Severity;
 
@@ -31,27 +31,13 @@ fn secs(t: u64) -> f64 {
     }
 }
 
-fn line(h: &History, o: &Op) -> String {
-    let done = if o.complete == u64::MAX {
-        "never completed".to_string()
-    } else {
-        format!("{:.3} s", secs(o.complete))
-    };
-    format!(
-        "client {} {} at {:.3} s .. {done}",
-        o.client,
-        h.describe(o),
-        secs(o.invoke)
-    )
-}
-
 /// Judges the history at `path` (`rel`: its name in the run's folder);
 /// `faults` names the faults in force between two times (seconds).
 pub fn judge(
     path: &Path,
     rel: &str,
     c: &LinearizableCheck,
-    faults: &dyn Fn(f64, f64) -> Vec<String>,
+    faults: &dyn Fn(f64, f64) -> Vec<ActiveFault>,
 ) -> Judged {
     let began = Instant::now();
     let mut record = HistoryRecord {
@@ -118,7 +104,7 @@ pub fn judge(
 fn violation(
     h: &History,
     v: &check::Violation,
-    faults: &dyn Fn(f64, f64) -> Vec<String>,
+    faults: &dyn Fn(f64, f64) -> Vec<ActiveFault>,
 ) -> HistoryViolation {
     let o = &h.ops[v.culprit];
     let (a, b) = (secs(o.invoke), secs(o.complete).min(1e12));
@@ -134,7 +120,16 @@ fn violation(
             .rev()
             .take(12)
             .rev()
-            .map(|&i| line(h, &h.ops[i]))
+            .map(|&i| {
+                let o = &h.ops[i];
+                WindowOp {
+                    client: o.client,
+                    operation: h.describe(o),
+                    invoke_s: secs(o.invoke),
+                    complete_s: (o.complete != u64::MAX).then(|| secs(o.complete)),
+                    culprit: i == v.culprit,
+                }
+            })
             .collect(),
         faults: faults(a, b),
     }
@@ -155,7 +150,22 @@ fn detail(record: &HistoryRecord, r: &check::Report) -> Option<String> {
             if v.faults.is_empty() {
                 " (no fault in force, or lifted in the 10 s before)".to_string()
             } else {
-                format!(", during {}", v.faults.join(", "))
+                let f: Vec<String> = v
+                    .faults
+                    .iter()
+                    .map(|f| {
+                        if f.to_s.is_some_and(|t| t < v.invoke_s) {
+                            format!(
+                                "{}, lifted {:.1} s before",
+                                f.what,
+                                v.invoke_s - f.to_s.unwrap_or(0.0)
+                            )
+                        } else {
+                            f.what.clone()
+                        }
+                    })
+                    .collect();
+                format!(", during {}", f.join(", "))
             }
         )),
         None if r.verdict == Found::Unknown => record.unknown.clone(),

@@ -48,13 +48,14 @@ impl Recorder {
     /// The faults in force at any time between `a` and `b` (seconds), and
     /// those lifted up to [`AFTERMATH_S`] before `a`, said so: a member
     /// catching up after a partition heals still serves what it missed.
-    pub fn faults_during(&self, a: f64, b: f64) -> Vec<String> {
+    pub fn faults_during(&self, a: f64, b: f64) -> Vec<crate::model::ActiveFault> {
         self.fault_spans
             .iter()
             .filter(|f| f.from_s <= b && f.to_s.is_none_or(|t| t >= a - AFTERMATH_S))
-            .map(|f| match f.to_s {
-                Some(t) if t < a => format!("{}, lifted {:.1} s before", f.what, a - t),
-                _ => f.what.clone(),
+            .map(|f| crate::model::ActiveFault {
+                what: f.what.clone(),
+                from_s: f.from_s,
+                to_s: f.to_s,
             })
             .collect()
     }

@@ -320,10 +320,47 @@ pub struct HistoryViolation {
     pub invoke_s: f64,
     pub complete_s: f64,
     /// The smallest window of the key's operations that cannot be
-    /// linearized, one line each (client, operation, times), oldest first.
-    pub window: Vec<String>,
-    /// The faults in force while it ran (a partition, a member down).
-    pub faults: Vec<String>,
+    /// linearized (its last 12), oldest first; the culprit among them.
+    pub window: Vec<WindowOp>,
+    /// The faults in force while it ran, or lifted shortly before (a
+    /// partition, a member down).
+    pub faults: Vec<ActiveFault>,
+}
+
+/// An operation of a violation's window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct WindowOp {
+    pub client: u32,
+    /// `write(14) -> ok`, `read() -> 12`.
+    pub operation: String,
+    /// Seconds since the cell began; no completion for one whose outcome
+    /// is unknown.
+    pub invoke_s: f64,
+    pub complete_s: Option<f64>,
+    /// The operation that could not be linearized.
+    pub culprit: bool,
+}
+
+/// A fault in force around a violation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct ActiveFault {
+    /// `partition isolate 2 (leader)`, `member 3 down (signal SIGKILL)`.
+    pub what: String,
+    pub from_s: f64,
+    /// When it was lifted (none: never).
+    pub to_s: Option<f64>,
+}
+
+impl std::fmt::Display for ActiveFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "{} from {:.1} s", self.what, self.from_s)?;
+        match self.to_s {
+            Some(t) => write!(f, " to {t:.1} s"),
+            None => f.write_str(", never lifted"),
+        }
+    }
 }
 
 /// What soak itself cost while a cell ran, from its own samples: a reader

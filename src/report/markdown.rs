@@ -116,6 +116,7 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: Option<&CellChart>) -> io::Re
     writeln!(w, "## `{}` — {}\n", c.id, badge(c.verdict))?;
     cell_head(w, c)?;
     integrity(w, &c.integrity)?;
+    super::linearizable::section(w, c)?;
     memory(w, c)?;
     faults(w, c)?;
     what_the_node_said(w, c)?;

@@ -7,6 +7,7 @@ pub mod ci;
 pub mod compare;
 pub mod history;
 pub mod junit;
+pub mod linearizable;
 pub mod markdown;
 pub mod merge;
 mod mermaid;

@@ -163,3 +163,58 @@ fn a_broken_chart_is_an_error() {
         verdicts[1]
     );
 }
+
+/// A linearizability violation's timeline (a gantt chart: the faults and
+/// each client's operations in the window) renders too.
+#[test]
+fn a_violations_timeline_renders_in_mermaid() {
+    use soak::model::{ActiveFault, CellResult, HistoryRecord, HistoryViolation, WindowOp};
+    let op = |client, operation: &str, invoke_s, complete_s, culprit| WindowOp {
+        client,
+        operation: operation.into(),
+        invoke_s,
+        complete_s,
+        culprit,
+    };
+    let cell = CellResult {
+        history: Some(HistoryRecord {
+            verdict: "not_linearizable".into(),
+            operations: 12_000,
+            keys: 300,
+            clients: 6,
+            file: "cells/x/history.bin.gz".into(),
+            violating_keys: 1,
+            violations: vec![HistoryViolation {
+                key: "soak:194".into(),
+                operation: "read() -> 4".into(),
+                client: 3,
+                invoke_s: 13.323,
+                complete_s: 13.324,
+                window: vec![
+                    op(2, "write(6) -> ok", 12.408, Some(12.409), false),
+                    op(5, "write(7) -> unknown", 12.5, None, false),
+                    op(3, "read() -> 4", 13.323, Some(13.324), true),
+                ],
+                faults: vec![ActiveFault {
+                    what: "partition isolate 1 (leader)".into(),
+                    from_s: 7.2,
+                    to_s: Some(15.3),
+                }],
+            }],
+            ..HistoryRecord::default()
+        }),
+        ..CellResult::default()
+    };
+    let mut md = Vec::new();
+    soak::report::linearizable::section(&mut md, &cell).unwrap();
+    let md = String::from_utf8(md).unwrap();
+    assert!(md.contains("**not linearizable**: 1 of 300 keys"), "{md}");
+    assert!(
+        md.contains("partition isolate 1 (leader) from 7.2 s to 15.3 s"),
+        "{md}"
+    );
+    let charts = charts_in(&md);
+    assert_eq!(charts.len(), 1, "{md}");
+    assert!(charts[0].contains("read() -> 4 (cannot be linearized) :crit"));
+    assert_eq!(render(&charts), ["ok"], "{}", charts[0]);
+}

@@ -223,7 +223,7 @@ fn etcd_linearizable_reads_pass_and_serializable_reads_are_found_stale() {
     for v in &h.violations {
         assert!(v.operation.starts_with("read()"), "a stale read: {v:?}");
         assert!(
-            v.faults.iter().any(|f| f.contains("partition")),
+            v.faults.iter().any(|f| f.what.contains("partition")),
             "tied to a partition: {v:?}"
         );
         assert!(v.window.len() >= 2, "{v:?}");
