@@ -966,10 +966,18 @@ struct InFlight {
     base: u64,
     slots: VecDeque<Option<Pending>>,
     live: usize,
+    /// Keys with a write in flight: at most one each, so that a key's
+    /// writes take effect in the order they were sent whatever the
+    /// protocol (an adapter that answers out of order, a client that
+    /// retries), as the ledger assumes.
+    writing: std::collections::HashSet<usize>,
 }
 
 impl InFlight {
     fn push(&mut self, p: Pending) -> u64 {
+        if let Sent::Write(k, ..) = p.what {
+            self.writing.insert(k);
+        }
         let id = self.base + self.slots.len() as u64;
         self.slots.push_back(Some(p));
         self.live += 1;
@@ -979,6 +987,9 @@ impl InFlight {
     fn take(&mut self, id: u64) -> Option<Pending> {
         let i = usize::try_from(id.checked_sub(self.base)?).ok()?;
         let p = self.slots.get_mut(i)?.take()?;
+        if let Sent::Write(k, ..) = p.what {
+            self.writing.remove(&k);
+        }
         self.live -= 1;
         while matches!(self.slots.front(), Some(None)) {
             self.slots.pop_front();
@@ -993,6 +1004,7 @@ impl InFlight {
 
     /// Forgets every request (the session broke); returns how many.
     fn clear(&mut self) -> usize {
+        self.writing.clear();
         self.base += self.slots.len() as u64;
         self.slots.clear();
         std::mem::take(&mut self.live)
@@ -1374,6 +1386,10 @@ impl Conn {
                 None => now,
             };
             match self.next_request(rng, chooser) {
+                // A key being written is read instead of written again.
+                Some(Plan::Write(k)) if inflight.writing.contains(&k) => {
+                    self.send(s.as_mut(), inflight, Plan::Get(k), intended, now)
+                }
                 Some(r) => self.send(s.as_mut(), inflight, r, intended, now),
                 None => local.unavailable += 1,
             }
