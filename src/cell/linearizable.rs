@@ -108,6 +108,10 @@ fn violation(
 ) -> HistoryViolation {
     let o = &h.ops[v.culprit];
     let (a, b) = (secs(o.invoke), secs(o.complete).min(1e12));
+    // The faults are those around the writes of the values the window
+    // saw, too: a write an old primary acknowledged during a partition
+    // shows as lost only when it is read back, long after.
+    let since = since(h, v).min(a);
     HistoryViolation {
         key: h.keys.name(v.key).to_string(),
         operation: h.describe(o),
@@ -131,8 +135,28 @@ fn violation(
                 }
             })
             .collect(),
-        faults: faults(a, b),
+        faults: faults(since, b),
     }
+}
+
+/// When the earliest write of a value the window's operations read or
+/// wrote was invoked, in seconds.
+fn since(h: &History, v: &check::Violation) -> f64 {
+    use crate::history::{Outcome, F};
+    let key = h.ops[v.culprit].key;
+    let values: std::collections::HashSet<u32> = v
+        .window
+        .iter()
+        .filter_map(|&i| match (h.ops[i].f, h.ops[i].outcome) {
+            (F::Read, Outcome::Ok(x)) | (F::Write(x), _) => Some(x),
+            _ => None,
+        })
+        .collect();
+    h.ops
+        .iter()
+        .filter(|o| o.key == key && matches!(o.f, F::Write(x) if values.contains(&x)))
+        .map(|o| secs(o.invoke))
+        .fold(f64::INFINITY, f64::min)
 }
 
 /// The check's detail: the first violation and its faults, why the

@@ -665,6 +665,7 @@ impl<'a, N: Node> Cell<'a, N> {
             load.cfg.timeout,
             tails,
             Some(self.node.exited()),
+            load.history(),
             |done, all| {
                 if done < all && last.elapsed() >= Duration::from_secs(1) {
                     last = Instant::now();

@@ -155,9 +155,10 @@ impl History {
         }
     }
 
-    /// The number of clients (the largest client id, plus one).
+    /// The number of distinct clients.
     pub fn clients(&self) -> u32 {
-        self.ops.iter().map(|o| o.client + 1).max().unwrap_or(0)
+        let c: std::collections::HashSet<u32> = self.ops.iter().map(|o| o.client).collect();
+        c.len() as u32
     }
 }
 

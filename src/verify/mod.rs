@@ -79,12 +79,14 @@ struct Work {
 /// cannot allocate a reply for (Netty out of direct memory). A node that
 /// died under the read-back refuses the new connection, and one that does
 /// not answer within the timeout fails it; the caller finds out why.
+#[allow(clippy::too_many_arguments)]
 pub async fn online(
     protocol: &dyn Protocol,
     ledger: &Ledger,
     timeout: Duration,
     tails: Option<Tails>,
     node_exited: Option<Exited>,
+    history: Option<&crate::history::record::Recorder>,
     progress: impl FnMut(usize, usize) + Send,
 ) -> Result<ReadBack, VerifyError> {
     let keys = Judge::keys(ledger);
@@ -104,8 +106,10 @@ pub async fn online(
             failed: None,
             reopened: 0,
         }),
+        ledger,
+        history,
     };
-    futures::future::join_all((0..sessions).map(|_| shared.session(protocol))).await;
+    futures::future::join_all((0..sessions).map(|i| shared.session(protocol, i))).await;
     if let Some(e) = shared.work.into_inner().expect("work").failed {
         return Err(VerifyError {
             target: protocol_target(protocol),
@@ -146,7 +150,15 @@ struct Shared<'a, P> {
     exited: Option<futures::future::Shared<Exited>>,
     judge: Mutex<(Judge<'a>, P, Instant)>,
     work: Mutex<Work>,
+    ledger: &'a Ledger,
+    /// The cell's history, which the read-back's reads go into (each
+    /// session a client of its own).
+    history: Option<&'a crate::history::record::Recorder>,
 }
+
+/// The client number of read-back session `i` in the history: beyond any
+/// load connection's.
+pub const READBACK_CLIENT: u32 = 1 << 20;
 
 impl<P: FnMut(usize, usize) + Send> Shared<'_, P> {
     /// The next batch to ask for: one to ask again first.
@@ -199,6 +211,35 @@ impl<P: FnMut(usize, usize) + Send> Shared<'_, P> {
         }
     }
 
+    /// The reads of a batch, into the history.
+    fn record(
+        &self,
+        buf: &mut crate::history::record::Buf,
+        index: usize,
+        asked: &[usize],
+        values: &[Option<&[u8]>],
+        invoked: std::time::Instant,
+        now: std::time::Instant,
+    ) {
+        use crate::history::record::{Asked, Ended, Seen};
+        for (k, v) in asked.iter().zip(values) {
+            let seen = match self.ledger.decode(*k, *v) {
+                crate::oracle::Observed::Version(x) => Seen::Version(x),
+                crate::oracle::Observed::Absent => Seen::Absent,
+                crate::oracle::Observed::Garbage => Seen::Garbage,
+            };
+            let client = READBACK_CLIENT + index as u32;
+            buf.op(
+                client,
+                *k as u64,
+                Asked::Read,
+                Ended::Ok(Some(seen)),
+                invoked,
+                now,
+            );
+        }
+    }
+
     /// A batch whose read failed: a multi-key one is asked again a key a
     /// request, to find which key fails; a key that failed [`RETRIES`]
     /// times over is unreadable.
@@ -223,9 +264,11 @@ impl<P: FnMut(usize, usize) + Send> Shared<'_, P> {
 
     /// One session's loop: connect, keep batches in flight, judge what
     /// comes back, until no batch is left or the read-back failed.
-    async fn session(&self, protocol: &dyn Protocol) {
+    async fn session(&self, protocol: &dyn Protocol, index: usize) {
         let mut session = None;
         let mut in_flight: std::collections::HashMap<u64, Batch> = Default::default();
+        let mut sent: std::collections::HashMap<u64, std::time::Instant> = Default::default();
+        let mut buf = self.history.map(|h| h.buf());
         let mut next_id = 0u64;
         loop {
             if self.failed() {
@@ -254,6 +297,9 @@ impl<P: FnMut(usize, usize) + Send> Shared<'_, P> {
                     },
                 );
                 in_flight.insert(next_id, b);
+                if buf.is_some() {
+                    sent.insert(next_id, std::time::Instant::now());
+                }
                 next_id += 1;
             }
             if in_flight.is_empty() {
@@ -268,14 +314,19 @@ impl<P: FnMut(usize, usize) + Send> Shared<'_, P> {
             };
             let timed_out = waited.is_err();
             let mut retry: Vec<(Batch, String)> = vec![];
+            let now = std::time::Instant::now();
             let drained = waited.and_then(|()| {
                 s.drain(&mut |id, outcome| {
                     let Some(b) = in_flight.remove(&id) else {
                         return;
                     };
+                    let invoked = sent.remove(&id);
                     let asked = &self.keys[b.start..b.start + b.len];
                     match outcome {
                         Outcome::Values(values) if values.len() == asked.len() => {
+                            if let (Some(buf), Some(at)) = (buf.as_mut(), invoked) {
+                                self.record(buf, index, asked, values, at, now);
+                            }
                             self.judge(asked, values)
                         }
                         Outcome::Values(values) => retry.push((
@@ -295,6 +346,9 @@ impl<P: FnMut(usize, usize) + Send> Shared<'_, P> {
             });
             for (b, why) in retry {
                 self.again(b, &why);
+            }
+            if let (Some(h), Some(b)) = (self.history, buf.as_mut()) {
+                h.ship(b);
             }
             let ended = match drained {
                 Ok(()) => continue,

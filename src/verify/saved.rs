@@ -256,11 +256,19 @@ pub async fn reverify(dir: &Path, target: Option<String>) -> Result<Reverified, 
     let protocol = protocol.expect("matched above").open();
     let timeout = Duration::from_secs_f64(saved.request_timeout_s);
     let keys_known = (0..ledger.keys()).filter(|k| ledger.is_touched(*k)).count();
-    let read = super::online(&*protocol, &ledger, timeout, None, None, |done, all| {
-        if done < all {
-            eprintln!("soak verify: {done}/{all} keys");
-        }
-    })
+    let read = super::online(
+        &*protocol,
+        &ledger,
+        timeout,
+        None,
+        None,
+        None,
+        |done, all| {
+            if done < all {
+                eprintln!("soak verify: {done}/{all} keys");
+            }
+        },
+    )
     .await;
     if let Some(n) = node.as_mut() {
         let _ = Node::stop(n).await;

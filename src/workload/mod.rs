@@ -462,6 +462,11 @@ impl Load {
         Arc::into_inner(rec).map(|r| r.finish())
     }
 
+    /// The history requests are recorded into, if they are.
+    pub fn history(&self) -> Option<&crate::history::record::Recorder> {
+        self.history.as_deref()
+    }
+
     /// The protocol of member `i` (0-based), or the node's.
     pub fn protocol_of(&self, i: usize) -> Arc<dyn Protocol> {
         self.members

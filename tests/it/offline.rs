@@ -195,6 +195,7 @@ async fn a_database_written_by_rocksdb_7_8_is_served_by_soak_node_and_the_downgr
         std::time::Duration::from_secs(5),
         None,
         None,
+        None,
         |_, _| {},
     )
     .await
