@@ -28,7 +28,7 @@ fn porcupine() -> (PathBuf, PathBuf) {
     let _lock = install_lock(&out);
     let bin = out.join("porcupine");
     if !bin.exists() {
-        let built = Command::new("go")
+        let built = go()
             .args(["build", "-o"])
             .arg(&bin)
             .arg(".")
@@ -37,7 +37,7 @@ fn porcupine() -> (PathBuf, PathBuf) {
             .unwrap();
         assert!(built.success(), "go build of tests/porcupine failed");
     }
-    let dl = Command::new("go")
+    let dl = go()
         .args([
             "mod",
             "download",
