@@ -16,13 +16,38 @@ fn soak() -> Command {
     Command::new(env!("CARGO_BIN_EXE_soak"))
 }
 
+/// Go (>= 1.21, which fetches the toolchain a go.mod asks for): on the
+/// PATH, in /usr/local/go, or Debian's, as scripts/kube finds it.
+fn go() -> Command {
+    let on_path = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("go"))
+            .find(|g| g.is_file())
+    });
+    let debian = || {
+        let mut debs: Vec<PathBuf> = std::fs::read_dir("/usr/lib")
+            .ok()?
+            .flatten()
+            .map(|e| e.path().join("bin/go"))
+            .filter(|g| g.is_file() && g.to_string_lossy().contains("/go-"))
+            .collect();
+        debs.sort();
+        debs.pop()
+    };
+    let go = on_path
+        .or_else(|| Some(PathBuf::from("/usr/local/go/bin/go")).filter(|g| g.is_file()))
+        .or_else(debian)
+        .unwrap_or_else(|| {
+            panic!("Go is missing: the tests build Porcupine from the Go module proxy; install it from https://go.dev/dl/ (or `apt-get install golang`)")
+        });
+    let mut c = Command::new(go);
+    c.env("GOFLAGS", "-buildvcs=false");
+    c
+}
+
 /// Porcupine's module (its test data) and the Go program of
 /// `tests/porcupine`, built once under `target/porcupine`.
 fn porcupine() -> (PathBuf, PathBuf) {
-    require_tool(
-        "go",
-        "golang (or Go from go.dev: the tests build Porcupine from the Go module proxy)",
-    );
     let here = suite("tests/porcupine");
     let out = suite("target/porcupine");
     let _lock = install_lock(&out);
