@@ -267,6 +267,55 @@ impl<N: Node> Cell<'_, N> {
 
     /// Puts a partition in force (the one before it lifted).
     pub(super) async fn partition(&mut self, p: &Partition) -> Result<String, CellError> {
+        Ok(self.partition_resolved(p).await?.0)
+    }
+
+    /// A chaos schedule's member action: the members it chose, each killed
+    /// and started again (or paused, stopped, restarted, started); the
+    /// phases that did it, naming them.
+    pub(super) async fn chaos_member(
+        &mut self,
+        m: &MemberPhase,
+    ) -> Result<Vec<crate::suite::Phase>, CellError> {
+        use crate::suite::Phase;
+        let members = self.resolve(m.member).await?;
+        let mut ran = Vec::new();
+        for n in members {
+            let one = |verb| {
+                Phase::Member(MemberPhase {
+                    verb,
+                    member: Target::One(n),
+                })
+            };
+            match m.verb {
+                Verb::Kill(sig) => {
+                    self.member_op(n, MemberOp::Kill(sig.0), "kill").await?;
+                    self.member_op(n, MemberOp::Start, "start").await?;
+                    ran.extend([one(Verb::Kill(sig)), one(Verb::Start)]);
+                }
+                Verb::Pause(d) => {
+                    self.pause_members(&[n], d).await?;
+                    ran.push(one(Verb::Pause(d)));
+                }
+                verb => {
+                    self.member_phase(&MemberPhase {
+                        verb,
+                        member: Target::One(n),
+                    })
+                    .await?;
+                    ran.push(one(verb));
+                }
+            }
+        }
+        Ok(ran)
+    }
+
+    /// Puts a partition in force; what it did in words, and the partition
+    /// with the members it chose (a replay makes the same cut).
+    pub(super) async fn partition_resolved(
+        &mut self,
+        p: &Partition,
+    ) -> Result<(String, Partition), CellError> {
         let (chosen, n) = match p {
             Partition::Isolate(t) => {
                 let m = self.resolve(*t).await?;
@@ -296,7 +345,10 @@ impl<N: Node> Cell<'_, N> {
         self.bus.emit(Event::FaultSet {
             fault: fault.clone(),
         });
-        Ok(format!("{fault} ({} links cut)", cut.len()))
+        Ok((
+            format!("{fault} ({} links cut)", cut.len()),
+            resolved(p, &chosen, &order, n),
+        ))
     }
 
     fn cluster_size(&mut self) -> Result<usize, CellError> {
@@ -318,6 +370,32 @@ impl<N: Node> Cell<'_, N> {
             fault: "partition healed".into(),
         });
         Ok("healed".into())
+    }
+}
+
+/// The partition with the members it chose: the same cut, drawn from no
+/// seed and asking no leader probe.
+fn resolved(p: &Partition, chosen: &[usize], order: &[usize], n: usize) -> Partition {
+    let sorted = |m: &[usize]| {
+        let mut m = m.to_vec();
+        m.sort_unstable();
+        m
+    };
+    match p {
+        Partition::Isolate(_) if chosen.len() == 1 => Partition::Isolate(Target::One(chosen[0])),
+        Partition::Isolate(_) => {
+            let rest: Vec<usize> = (1..=n).filter(|m| !chosen.contains(m)).collect();
+            Partition::Groups(vec![("a".into(), sorted(chosen)), ("b".into(), rest)])
+        }
+        Partition::Halves => Partition::Groups(vec![
+            ("minority".into(), sorted(&order[..(n - 1) / 2])),
+            ("majority".into(), sorted(&order[(n - 1) / 2..])),
+        ]),
+        Partition::Drop { .. } => Partition::Drop {
+            from: Target::One(chosen[0]),
+            to: Target::One(chosen[1]),
+        },
+        other => other.clone(),
     }
 }
 

@@ -1049,25 +1049,7 @@ impl<'a, N: Node> Cell<'a, N> {
                     .is_some()
                     .then(|| format!("{} for {}", p.action, human_duration(hold))),
             });
-            match &p.action {
-                ChaosAction::Kill => {
-                    self.kill(c.signal.0, Cause::Chaos).await?;
-                    self.start().await?;
-                }
-                ChaosAction::Pause => {
-                    self.pause_node(c.pause.mul_f64(self.ctx.scale)).await?;
-                }
-                ChaosAction::Restart => {
-                    self.stop(Cause::Chaos).await?;
-                    self.start().await?;
-                }
-                ChaosAction::Network(n) => {
-                    self.fault(Asked::Network(n)).await?;
-                }
-                ChaosAction::Disk(d) => {
-                    self.fault(Asked::Disk(d)).await?;
-                }
-            }
+            let ran = self.chaos_act(&p.action, c).await?;
             if let Some(lift) = lift.clone() {
                 // Lifted even when the hold is cut short, so that an
                 // interrupted run leaves no fault in force.
@@ -1075,19 +1057,28 @@ impl<'a, N: Node> Cell<'a, N> {
                 match lift {
                     ChaosAction::Network(n) => self.fault(Asked::Network(&n)).await?,
                     ChaosAction::Disk(d) => self.fault(Asked::Disk(&d)).await?,
+                    ChaosAction::Heal => self.heal().await?,
                     _ => unreachable!("only faults are lifted"),
                 };
                 held?;
             }
+            // What ran, with the members a cluster's action chose.
+            let phases = match ran {
+                Some(mut ran) => {
+                    if lift.is_some() {
+                        ran.push(Phase::Run(crate::suite::phase::RunFor::Time(hold)));
+                        ran.push(Phase::Heal);
+                    }
+                    ran
+                }
+                None => timeline::as_phases(&p.action, c, self.ctx.scale, lift),
+            };
             self.timeline.drawn(timeline::Drawn {
                 action: timeline::word(p.action.kind()),
                 at_s: began.as_secs_f64(),
                 ops,
                 took_s: (start.elapsed() - began).as_secs_f64(),
-                phases: timeline::as_phases(&p.action, c, self.ctx.scale, lift)
-                    .iter()
-                    .map(crate::suite::emit::phase)
-                    .collect(),
+                phases: phases.iter().map(crate::suite::emit::phase).collect(),
             });
         }
         let during = c.during.mul_f64(self.ctx.scale);
@@ -1096,6 +1087,44 @@ impl<'a, N: Node> Cell<'a, N> {
             self.hold(during - now).await?;
         }
         Ok(format!("seed {seed}, {} actions", plan.len()))
+    }
+
+    /// Does one chaos action; for a cluster's, the phases it ran, with
+    /// the members it chose (what a replay does again).
+    async fn chaos_act(
+        &mut self,
+        a: &ChaosAction,
+        c: &ChaosSpec,
+    ) -> Result<Option<Vec<Phase>>, CellError> {
+        match a {
+            ChaosAction::Kill => {
+                self.kill(c.signal.0, Cause::Chaos).await?;
+                self.start().await?;
+            }
+            ChaosAction::Pause => {
+                self.pause_node(c.pause.mul_f64(self.ctx.scale)).await?;
+            }
+            ChaosAction::Restart => {
+                self.stop(Cause::Chaos).await?;
+                self.start().await?;
+            }
+            ChaosAction::Network(n) => {
+                self.fault(Asked::Network(n)).await?;
+            }
+            ChaosAction::Disk(d) => {
+                self.fault(Asked::Disk(d)).await?;
+            }
+            ChaosAction::Member(m) => return self.chaos_member(m).await.map(Some),
+            ChaosAction::Partition(p) => {
+                let (_, ran) = self.partition_resolved(p).await?;
+                return Ok(Some(vec![Phase::Partition(ran)]));
+            }
+            ChaosAction::Heal => {
+                self.heal().await?;
+                return Ok(Some(vec![Phase::Heal]));
+            }
+        }
+        Ok(None)
     }
 
     async fn limit(&mut self, bytes: u64) -> Result<String, CellError> {

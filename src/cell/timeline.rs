@@ -162,12 +162,16 @@ pub fn as_phases(
         ChaosAction::Restart => vec![Phase::Restart],
         ChaosAction::Network(n) => vec![Phase::Network(*n)],
         ChaosAction::Disk(d) => vec![Phase::Disk(d.clone())],
+        ChaosAction::Member(m) => vec![Phase::Member(*m)],
+        ChaosAction::Partition(p) => vec![Phase::Partition(p.clone())],
+        ChaosAction::Heal => vec![Phase::Heal],
     };
     if let Some(lift) = lift {
         out.push(Phase::Run(RunFor::Time(c.hold.mul_f64(scale))));
         out.push(match lift {
             ChaosAction::Network(n) => Phase::Network(n),
             ChaosAction::Disk(d) => Phase::Disk(d),
+            ChaosAction::Heal => Phase::Heal,
             other => unreachable!("only faults are lifted, not {other:?}"),
         });
     }

@@ -588,6 +588,8 @@ pub enum Action {
     Network,
     /// A disk fault (full, I/O errors, delays), held, then lifted.
     Disk,
+    /// A cluster's members cut apart, held, then healed.
+    Partition,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

@@ -688,7 +688,15 @@ pub fn problems(suite: &super::Suite) -> Vec<(String, String)> {
 /// A phase's problem in this suite: a member phase without a cluster, a
 /// member it does not have, a phase a cluster cannot run yet.
 pub fn phase_problem(suite: &super::Suite, p: &super::Phase) -> Option<String> {
-    use super::Phase;
+    use super::{ChaosAction, Phase};
+    // A chaos schedule's cluster actions, as the phases they are.
+    if let Phase::Chaos(c) = p {
+        return c.actions.iter().find_map(|a| match a {
+            ChaosAction::Member(m) => phase_problem(suite, &Phase::Member(*m)),
+            ChaosAction::Partition(x) => phase_problem(suite, &Phase::Partition(x.clone())),
+            _ => None,
+        });
+    }
     let cluster_phase = matches!(p, Phase::Member(_) | Phase::Partition(_) | Phase::Heal);
     let Some(c) = &suite.cluster else {
         return cluster_phase.then(|| format!(

@@ -193,6 +193,9 @@ fn chaos_action(a: &super::ChaosAction) -> Value {
         ChaosAction::Restart => s("restart"),
         ChaosAction::Network(n) => one("network", network(n)),
         ChaosAction::Disk(d) => disk(d),
+        ChaosAction::Member(m) => m.emit(),
+        ChaosAction::Partition(p) => p.emit(),
+        ChaosAction::Heal => s("heal"),
     }
 }
 

@@ -434,6 +434,14 @@ pub enum ChaosAction {
     /// A disk fault: a power cut (at once), or a fault held for `hold`
     /// and then lifted.
     Disk(DiskFault),
+    /// One member of a cluster killed (and started again), paused,
+    /// stopped or restarted: `{ kill: { member: leader } }`.
+    Member(super::cluster::MemberPhase),
+    /// The members cut apart, held for `hold`, then healed:
+    /// `{ partition: { isolate: leader } }`.
+    Partition(super::cluster::Partition),
+    /// Every partition lifted (what lifts `Partition` after its hold).
+    Heal,
 }
 
 impl ChaosAction {
@@ -446,6 +454,12 @@ impl ChaosAction {
             ChaosAction::Network(_) => Action::Network,
             ChaosAction::Disk(DiskFault::PowerCut { .. }) => Action::PowerCut,
             ChaosAction::Disk(_) => Action::Disk,
+            ChaosAction::Member(m) => match m.verb {
+                super::cluster::Verb::Kill(_) => Action::Kill,
+                super::cluster::Verb::Pause(_) => Action::Pause,
+                _ => Action::Restart,
+            },
+            ChaosAction::Partition(_) | ChaosAction::Heal => Action::Partition,
         }
     }
 
@@ -454,6 +468,7 @@ impl ChaosAction {
         match self {
             ChaosAction::Network(_) => Some(ChaosAction::Network(NetworkSpec::default())),
             ChaosAction::Disk(d) => d.lifted().map(ChaosAction::Disk),
+            ChaosAction::Partition(_) => Some(ChaosAction::Heal),
             _ => None,
         }
     }
@@ -472,6 +487,9 @@ impl fmt::Display for ChaosAction {
             ChaosAction::Restart => f.write_str("restart"),
             ChaosAction::Network(n) => write!(f, "network {n}"),
             ChaosAction::Disk(d) => write!(f, "{d}"),
+            ChaosAction::Member(m) => write!(f, "{m}"),
+            ChaosAction::Partition(p) => write!(f, "partition {p}"),
+            ChaosAction::Heal => f.write_str("heal"),
         }
     }
 }
@@ -520,6 +538,13 @@ impl<'de> Deserialize<'de> for ChaosAction {
                         return Err(de::Error::custom(HELD));
                     }
                     ChaosAction::Network(n)
+                } else if let Some(word) = ["kill", "pause", "stop", "start", "restart"]
+                    .into_iter()
+                    .find(|w| *w == key)
+                {
+                    ChaosAction::Member(map.next_value_seed(MemberOnly(word))?)
+                } else if key == "partition" {
+                    ChaosAction::Partition(map.next_value()?)
                 } else {
                     match DiskFault::from_map(&key, &mut map) {
                         Some(r) => ChaosAction::Disk(r?),
@@ -544,6 +569,19 @@ impl<'de> Deserialize<'de> for ChaosAction {
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+/// A member action's map in a chaos schedule (`{ kill: { member: 2 } }`).
+struct MemberOnly(&'static str);
+
+impl<'de> de::DeserializeSeed<'de> for MemberOnly {
+    type Value = super::cluster::MemberPhase;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        match MemberOr::<NoValue>(self.0, PhantomData).deserialize(d)? {
+            Either::Member(m) => Ok(m),
+            Either::Plain(_) => unreachable!("NoValue never reads"),
+        }
     }
 }
 
