@@ -173,14 +173,6 @@ manual!(Phase, "Phase", |g| {
     let io_delay = serde_json::json!({ "description": "a delay on the operations: { delay: 20ms, ops: [read, write, fsync], path: \"*.log\" }, or `clear`",
                     "anyOf": [{ "enum": ["clear", "none"] }, { "type": "object", "additionalProperties": false, "required": ["delay"],
                     "properties": { "rate": { "type": "number", "exclusiveMinimum": 0, "maximum": 1 }, "delay": dur, "ops": io_ops, "path": { "type": "string" } } }] });
-    let chaos_action = serde_json::json!({
-        "description": "a chaos action: a word, or a fault that soak holds for the schedule's `hold` and then lifts",
-        "anyOf": [
-            { "enum": ACTIONS.iter().filter(|a| !matches!(**a, "network" | "io_errors" | "io_delay")).collect::<Vec<_>>() },
-            { "type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": false,
-              "properties": { "network": network, "power_cut": power_cut, "disk_full": disk_full, "io_errors": io_errors, "io_delay": io_delay } }
-        ]
-    });
     let member = serde_json::json!({ "description": "a member: a number (1 is the first), random, leader, minority, majority or all",
                     "anyOf": [{ "type": "integer", "minimum": 1 }, { "enum": crate::suite::cluster::TARGETS }] });
     let on_member = |extra: serde_json::Value| {
@@ -202,6 +194,16 @@ manual!(Phase, "Phase", |g| {
                 "loss": { "type": "object", "additionalProperties": false, "required": ["between", "rate"],
                           "properties": { "between": { "type": "array", "items": { "type": "integer", "minimum": 1 }, "minItems": 2, "maxItems": 2 }, "rate": { "type": "string" } } }
             } }
+        ]
+    });
+    let chaos_action = serde_json::json!({
+        "description": "a chaos action: a word, or a fault that soak holds for the schedule's `hold` and then lifts",
+        "anyOf": [
+            { "enum": ACTIONS.iter().filter(|a| !matches!(**a, "network" | "io_errors" | "io_delay")).collect::<Vec<_>>() },
+            { "type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": false,
+              "properties": { "network": network, "power_cut": power_cut, "disk_full": disk_full, "io_errors": io_errors, "io_delay": io_delay,
+                              "kill": kill_member, "pause": pause_member, "stop": start_member, "start": start_member,
+                              "restart": start_member, "partition": partition } }
         ]
     });
     json_schema!({
