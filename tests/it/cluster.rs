@@ -437,7 +437,7 @@ fn a_zookeeper_ensemble_loses_nothing_under_leader_kills_and_partitions() {
 /// Redis with two replicas and three Sentinels: the primary cut off goes
 /// on acknowledging writes that the failover loses, found by the
 /// read-back and by the history, which blames the partition; with
-/// `min-replicas-to-write 1` far fewer are lost.
+/// `min-replicas-to-write 1` far fewer are lost (or none).
 #[test]
 fn a_partitioned_redis_primary_loses_what_it_acknowledged_alone() {
     require_tool("redis-sentinel", "redis-sentinel");
@@ -447,17 +447,21 @@ fn a_partitioned_redis_primary_loses_what_it_acknowledged_alone() {
     let cells = &run.summary().cells;
     let none = cells.iter().find(|c| c.id == "replicas=none").unwrap();
     let one = cells.iter().find(|c| c.id == "replicas=one").unwrap();
+    let h = none.history.as_ref().unwrap();
+    assert_eq!(h.verdict, "not_linearizable", "{h:?}");
+    assert!(none.integrity.lost >= 1);
+    // min-replicas-to-write narrows the window to 2 s: some runs lose a
+    // few writes in it, some none. Whatever it loses is the partition's.
     for c in [none, one] {
         let h = c.history.as_ref().unwrap();
-        assert_eq!(h.verdict, "not_linearizable", "{}: {h:?}", c.id);
         assert!(
-            h.violations
-                .iter()
-                .any(|v| v.faults.iter().any(|f| f.what.contains("partition"))),
+            h.verdict == "linearizable"
+                || h.violations
+                    .iter()
+                    .any(|v| v.faults.iter().any(|f| f.what.contains("partition"))),
             "{}: {h:?}",
             c.id
         );
-        assert!(c.integrity.lost >= 1, "{}", c.id);
     }
     assert!(
         one.integrity.lost * 5 < none.integrity.lost,
