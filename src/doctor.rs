@@ -266,6 +266,44 @@ fn disk(lines: &mut Vec<Line>, reports: &Path) {
     }
 }
 
+/// The fault filesystem (power cuts, full disks, I/O errors), tried on a
+/// scratch mount: what a database on it could not do.
+fn fault_filesystem(lines: &mut Vec<Line>) {
+    let what = "fault filesystem";
+    let scratch = std::env::temp_dir().join(format!("soak-doctor-{}", std::process::id()));
+    let caps = crate::faults::disk::capabilities(&scratch);
+    let _ = std::fs::remove_dir_all(&scratch);
+    match caps {
+        Ok(caps) => {
+            let missing: Vec<String> = caps
+                .iter()
+                .filter_map(|(c, r)| r.as_ref().err().map(|e| format!("{c}: {e}")))
+                .collect();
+            let have: Vec<&str> = caps
+                .iter()
+                .filter(|(_, r)| r.is_ok())
+                .map(|(c, _)| *c)
+                .collect();
+            let detail = if missing.is_empty() {
+                have.join(", ")
+            } else {
+                format!(
+                    "{}; not on it: {} (a node that needs these fails on power_cut, disk_full, io_errors, io_delay or limits.disk cells)",
+                    have.join(", "),
+                    missing.join("; ")
+                )
+            };
+            lines.push(line(missing.is_empty(), false, what, detail));
+        }
+        Err(e) => lines.push(line(
+            false,
+            false,
+            what,
+            format!("{e} (needed for power_cut, disk_full, io_errors, io_delay and limits.disk)"),
+        )),
+    }
+}
+
 /// Runs the checks and prints them; returns the exit code.
 pub fn doctor(reports: &Path) -> i32 {
     let uname = nix::sys::utsname::uname().ok();
@@ -286,6 +324,7 @@ pub fn doctor(reports: &Path) -> i32 {
     cgroups(&mut lines);
     node(&mut lines);
     disk(&mut lines, reports);
+    fault_filesystem(&mut lines);
     allocators(&mut lines);
     tools(&mut lines);
     docker(&mut lines);

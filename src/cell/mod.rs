@@ -245,9 +245,43 @@ impl<'a, N: Node> Cell<'a, N> {
         }
     }
 
+    /// A start that failed says what soak's fault filesystem failed for
+    /// the node meanwhile: a node that retries a refused write for ever
+    /// (InnoDB did, on O_DIRECT) is then named as such, not as slow.
+    fn with_disk_failures(&self, mut e: DriverError) -> DriverError {
+        let Some(disk) = self.ctx.faults.record().disk else {
+            return e;
+        };
+        if disk.failed.is_empty() {
+            return e;
+        }
+        let mut failed: Vec<(&String, &u64)> = disk.failed.iter().collect();
+        failed.sort_by(|a, b| b.1.cmp(a.1));
+        let total: u64 = failed.iter().map(|(_, n)| **n).sum();
+        let which: Vec<String> = failed
+            .iter()
+            .take(4)
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect();
+        let note = format!(
+            "soak's fault filesystem under the data directory failed {total} of the node's operations ({}): if the node retries them, it makes no progress; `soak doctor` says what the filesystem supports",
+            which.join(", ")
+        );
+        match &mut e {
+            DriverError::NeverReady { probe, .. } => *probe = format!("{probe}; {note}"),
+            DriverError::ExitedBeforeReady { status, .. } => *status = format!("{status}; {note}"),
+            _ => {}
+        }
+        e
+    }
+
     /// The first start, before the phases.
     pub async fn first_start(&mut self) -> Result<(), CellError> {
-        let ready = self.node.start().await?;
+        let ready = self
+            .node
+            .start()
+            .await
+            .map_err(|e| self.with_disk_failures(e))?;
         self.set_up(true);
         self.bus.emit(Event::Ready {
             pid: self.node.pid().unwrap_or(0),
@@ -289,7 +323,12 @@ impl<'a, N: Node> Cell<'a, N> {
             // that restart's.
             self.close_reads_window();
             self.target.segment.fetch_add(1, Relaxed);
-            let ready = match self.node.start().await {
+            let ready = match self
+                .node
+                .start()
+                .await
+                .map_err(|e| self.with_disk_failures(e))
+            {
                 Ok(ready) => ready,
                 // Killed for memory while it started (replaying its log,
                 // filling a cache), after a death or a graceful stop alike:

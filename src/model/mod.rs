@@ -457,6 +457,12 @@ pub struct DiskStats {
     /// (cells whose faults leave `write()` alone), or every write came
     /// through to soak (a full disk, `limits.disk`, faults on writes).
     pub writeback_cache: bool,
+    /// Operations the filesystem failed for the node (other than a
+    /// missing or existing name), by operation and error, e.g.
+    /// `"write EINVAL": 150000`: what a node that makes no progress on it
+    /// was told.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub failed: std::collections::BTreeMap<String, u64>,
 }
 
 /// What the network fault proxy between the load and the node did.

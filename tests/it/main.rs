@@ -11,6 +11,7 @@ mod cgroup_v2_vm;
 mod charts;
 mod cluster;
 mod docker;
+mod faultfs;
 mod incidents;
 mod kubernetes;
 mod ledger;

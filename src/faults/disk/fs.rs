@@ -1,9 +1,10 @@
 //! The FUSE passthrough itself: every operation on the mount goes to the
 //! backing folder, through the fault state.
 
-use std::ffi::OsStr;
+use std::ffi::{CString, OsStr};
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
@@ -13,8 +14,8 @@ use std::time::{Duration, SystemTime};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
-    WriteFlags,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 
 use crate::suite::faults::IoOp;
@@ -43,9 +44,33 @@ impl FaultFs {
             _ => o.read(true).write(true),
         };
         // O_APPEND is the kernel's to turn into offsets; O_TRUNC and
-        // O_CREAT were handled by setattr and create.
-        o.custom_flags(flags & !(libc::O_APPEND | libc::O_TRUNC | libc::O_CREAT | libc::O_EXCL));
+        // O_CREAT were handled by setattr and create. O_DIRECT, O_DSYNC
+        // and O_SYNC are soak's to honour (a write through such a file is
+        // durable when it returns): the kernel's buffers that reach soak
+        // are not aligned as O_DIRECT needs (EINVAL on every write, which
+        // InnoDB retries for ever), and soak keeps durability itself.
+        let own = libc::O_APPEND
+            | libc::O_TRUNC
+            | libc::O_CREAT
+            | libc::O_EXCL
+            | libc::O_DIRECT
+            | libc::O_SYNC
+            | libc::O_DSYNC;
+        o.custom_flags(flags & !own);
         o
+    }
+
+    /// Whether a write through a file opened with `flags` must be on the
+    /// medium when it returns.
+    fn durable(flags: OpenFlags) -> bool {
+        flags.0 & (libc::O_DIRECT | libc::O_DSYNC) != 0
+    }
+
+    /// The backing path of inode `ino` as a C string, for the calls std
+    /// lacks.
+    fn c_path(&self, ino: INodeNo) -> Result<CString, Errno> {
+        let rel = self.0.path_of(ino)?;
+        CString::new(self.0.full(&rel).into_os_string().into_vec()).map_err(|_| Errno::EINVAL)
     }
 }
 
@@ -158,7 +183,7 @@ impl Filesystem for FaultFs {
         })();
         match r {
             Ok(a) => reply.attr(&TTL, &a),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(self.0.failed("setattr", e)),
         }
     }
 
@@ -192,7 +217,7 @@ impl Filesystem for FaultFs {
         })();
         match r {
             Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(self.0.failed("mkdir", e)),
         }
     }
 
@@ -214,7 +239,7 @@ impl Filesystem for FaultFs {
         })();
         match r {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(self.0.failed("unlink", e)),
         }
     }
 
@@ -227,7 +252,7 @@ impl Filesystem for FaultFs {
         })();
         match r {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(self.0.failed("rmdir", e)),
         }
     }
 
@@ -248,7 +273,7 @@ impl Filesystem for FaultFs {
         })();
         match r {
             Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(self.0.failed("symlink", e)),
         }
     }
 
@@ -262,12 +287,38 @@ impl Filesystem for FaultFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        if !flags.is_empty() {
-            return reply.error(Errno::EINVAL);
-        }
         let r = (|| {
             let from = self.0.child(parent, name)?;
             let to = self.0.child(newparent, newname)?;
+            if !flags.is_empty() {
+                // RENAME_NOREPLACE and RENAME_EXCHANGE, as the filesystem
+                // under it does them.
+                let (a, b) = (self.0.full(&from), self.0.full(&to));
+                let (ca, cb) = (
+                    CString::new(a.into_os_string().into_vec()).map_err(|_| Errno::EINVAL)?,
+                    CString::new(b.into_os_string().into_vec()).map_err(|_| Errno::EINVAL)?,
+                );
+                // SAFETY: valid C strings; AT_FDCWD with absolute paths.
+                let rc = unsafe {
+                    libc::renameat2(
+                        libc::AT_FDCWD,
+                        ca.as_ptr(),
+                        libc::AT_FDCWD,
+                        cb.as_ptr(),
+                        flags.bits(),
+                    )
+                };
+                if rc != 0 {
+                    return Err(errno(io::Error::last_os_error()));
+                }
+                let mut inodes = self.0.inodes.lock().expect("inodes");
+                if flags.bits() & libc::RENAME_EXCHANGE != 0 {
+                    inodes.exchange(&from, &to);
+                } else {
+                    inodes.rename(&from, &to);
+                }
+                return Ok(());
+            }
             let replaced = std::fs::symlink_metadata(self.0.full(&to)).ok();
             std::fs::rename(self.0.full(&from), self.0.full(&to)).map_err(errno)?;
             if let Some(md) = replaced.filter(|m| m.is_file() && m.nlink() <= 1) {
@@ -282,7 +333,7 @@ impl Filesystem for FaultFs {
         })();
         match r {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(self.0.failed("rename", e)),
         }
     }
 
@@ -296,7 +347,7 @@ impl Filesystem for FaultFs {
         })();
         match r {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(self.0.failed("open", e)),
         }
     }
 
@@ -330,7 +381,7 @@ impl Filesystem for FaultFs {
         })();
         match r {
             Ok(b) => reply.data(&b),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(self.0.failed("read", e)),
         }
     }
 
@@ -342,17 +393,17 @@ impl Filesystem for FaultFs {
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let r = self
             .0
             .handle(fh)
-            .and_then(|(_, f)| self.0.write(ino.0, &f, offset, data));
+            .and_then(|(_, f)| self.0.write(ino.0, &f, offset, data, Self::durable(flags)));
         match r {
             Ok(n) => reply.written(n),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(self.0.failed("write", e)),
         }
     }
 
@@ -395,7 +446,7 @@ impl Filesystem for FaultFs {
             .and_then(|(_, f)| self.0.fsync(ino.0, &f, datasync))
         {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(self.0.failed("fsync", e)),
         }
     }
 
@@ -534,7 +585,7 @@ impl Filesystem for FaultFs {
             Ok((a, fh)) => {
                 reply.created(&TTL, &a, Generation(0), FileHandle(fh), FopenFlags::empty())
             }
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(self.0.failed("create", e)),
         }
     }
 
@@ -566,7 +617,158 @@ impl Filesystem for FaultFs {
         })();
         match r {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(self.0.failed("fallocate", e)),
+        }
+    }
+
+    /// FIFOs, unix sockets (a `bind` in the data directory) and plain
+    /// files made by name.
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = (|| {
+            let rel = self.0.child(parent, name)?;
+            let path = self.0.full(&rel);
+            let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+            // SAFETY: a plain syscall on a path this function owns.
+            let rc = unsafe { libc::mknod(c.as_ptr(), mode & !umask, libc::dev_t::from(rdev)) };
+            if rc != 0 {
+                return Err(errno(io::Error::last_os_error()));
+            }
+            self.own(req, &path);
+            self.0.attr(&rel)
+        })();
+        match r {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(self.0.failed("mknod", e)),
+        }
+    }
+
+    /// A hard link: the new name is the same inode (as RocksDB's
+    /// checkpoints and backups make them).
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let r = (|| {
+            let from = self.0.path_of(ino)?;
+            let to = self.0.child(newparent, newname)?;
+            std::fs::hard_link(self.0.full(&from), self.0.full(&to)).map_err(errno)?;
+            self.0.inodes.lock().expect("inodes").link(ino.0, &to);
+            self.0.attr(&to)
+        })();
+        match r {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(self.0.failed("link", e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let r = (|| {
+            let path = self.c_path(ino)?;
+            let name = CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)?;
+            // SAFETY: valid C strings and a buffer of the length given.
+            let rc = unsafe {
+                libc::lsetxattr(
+                    path.as_ptr(),
+                    name.as_ptr(),
+                    value.as_ptr().cast(),
+                    value.len(),
+                    flags,
+                )
+            };
+            if rc != 0 {
+                return Err(errno(io::Error::last_os_error()));
+            }
+            Ok(())
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(self.0.failed("setxattr", e)),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let r = (|| {
+            let path = self.c_path(ino)?;
+            let name = CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)?;
+            let mut buf = vec![0u8; size as usize];
+            // SAFETY: valid C strings and a buffer of the length given (a
+            // length of 0 asks for the size).
+            let n = unsafe {
+                libc::lgetxattr(
+                    path.as_ptr(),
+                    name.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            if n < 0 {
+                return Err(errno(io::Error::last_os_error()));
+            }
+            buf.truncate(n as usize);
+            Ok((n as u32, buf))
+        })();
+        match r {
+            Ok((n, _)) if size == 0 => reply.size(n),
+            Ok((_, v)) => reply.data(&v),
+            Err(e) => reply.error(self.0.failed("getxattr", e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let r = (|| {
+            let path = self.c_path(ino)?;
+            let mut buf = vec![0u8; size as usize];
+            // SAFETY: a valid C string and a buffer of the length given (a
+            // length of 0 asks for the size).
+            let n = unsafe { libc::llistxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n < 0 {
+                return Err(errno(io::Error::last_os_error()));
+            }
+            buf.truncate(n as usize);
+            Ok((n as u32, buf))
+        })();
+        match r {
+            Ok((n, _)) if size == 0 => reply.size(n),
+            Ok((_, v)) => reply.data(&v),
+            Err(e) => reply.error(self.0.failed("listxattr", e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = (|| {
+            let path = self.c_path(ino)?;
+            let name = CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)?;
+            // SAFETY: valid C strings.
+            if unsafe { libc::lremovexattr(path.as_ptr(), name.as_ptr()) } != 0 {
+                return Err(errno(io::Error::last_os_error()));
+            }
+            Ok(())
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(self.0.failed("removexattr", e)),
         }
     }
 }

@@ -18,6 +18,9 @@
 //! soak itself was killed.
 
 mod attr;
+mod check;
+#[cfg(test)]
+mod conformance;
 mod fs;
 mod mount;
 mod state;
@@ -26,6 +29,7 @@ mod tests;
 
 use std::time::Duration;
 
+pub use check::{capabilities, Capability};
 pub use mount::{backing_of, mounts, restore, unmount, Mounted, SOURCE_PREFIX};
 
 /// How long the kernel may keep names and attributes. Short, because a

@@ -67,9 +67,25 @@ impl Inodes {
     }
 
     pub(super) fn forget_path(&mut self, rel: &Path) {
-        if let Some(i) = self.inos.remove(rel) {
-            self.paths.remove(&i);
+        let Some(i) = self.inos.remove(rel) else {
+            return;
+        };
+        // A file with another name (a hard link) keeps its number under
+        // that name.
+        match self.inos.iter().find(|(_, j)| **j == i) {
+            Some((other, _)) => {
+                let other = other.clone();
+                self.paths.insert(i, other);
+            }
+            None => {
+                self.paths.remove(&i);
+            }
         }
+    }
+
+    /// A hard link: `rel` is another name of inode `ino`.
+    pub(super) fn link(&mut self, ino: u64, rel: &Path) {
+        self.inos.insert(rel.to_path_buf(), ino);
     }
 
     /// Gives the files of `inos` new numbers; returns the parent's number
@@ -77,17 +93,53 @@ impl Inodes {
     pub(super) fn renumber(&mut self, inos: &[u64]) -> Vec<(u64, std::ffi::OsString)> {
         let mut names = vec![];
         for ino in inos {
-            let Some(rel) = self.paths.remove(ino) else {
+            let Some(first) = self.paths.remove(ino) else {
                 continue;
             };
-            self.inos.remove(&rel);
-            let parent = rel.parent().map(|p| self.ino_of(p)).unwrap_or(1);
-            if let Some(name) = rel.file_name() {
-                names.push((parent, name.to_os_string()));
+            // Every name of it (hard links) takes the new number.
+            let rels: Vec<PathBuf> = self
+                .inos
+                .iter()
+                .filter(|(_, i)| *i == ino)
+                .map(|(p, _)| p.clone())
+                .collect();
+            let new = self.next;
+            self.next += 1;
+            self.paths.insert(new, first);
+            for rel in rels {
+                let parent = rel.parent().map(|p| self.ino_of(p)).unwrap_or(1);
+                if let Some(name) = rel.file_name() {
+                    names.push((parent, name.to_os_string()));
+                }
+                self.inos.insert(rel, new);
             }
-            self.ino_of(&rel);
         }
         names
+    }
+
+    /// `renameat2(RENAME_EXCHANGE)`: `a` and `b`, with everything under
+    /// them, trade places.
+    pub(super) fn exchange(&mut self, a: &Path, b: &Path) {
+        let moved: Vec<(PathBuf, u64)> = self
+            .inos
+            .iter()
+            .filter(|(p, _)| p.starts_with(a) || p.starts_with(b))
+            .map(|(p, i)| (p.clone(), *i))
+            .collect();
+        for (p, _) in &moved {
+            self.inos.remove(p);
+        }
+        for (p, i) in moved {
+            let (from, to) = if p.starts_with(a) { (a, b) } else { (b, a) };
+            let rest = p.strip_prefix(from).expect("filtered");
+            let q = if rest.as_os_str().is_empty() {
+                to.to_path_buf()
+            } else {
+                to.join(rest)
+            };
+            self.inos.insert(q.clone(), i);
+            self.paths.insert(i, q);
+        }
     }
 
     /// A rename: `from` and everything under it move to `to`.
@@ -251,7 +303,41 @@ impl Shared {
             .fetch_update(Relaxed, Relaxed, |u| Some(u.saturating_sub(by)));
     }
 
-    pub(super) fn write(&self, ino: u64, f: &File, offset: u64, data: &[u8]) -> Result<u32, Errno> {
+    /// Counts an operation failed for the node (a missing or existing
+    /// name, or an attribute a file lacks, is an answer, not a failure),
+    /// and returns its error.
+    pub(super) fn failed(&self, op: &str, e: Errno) -> Errno {
+        let answer = [
+            Errno::ENOENT,
+            Errno::EEXIST,
+            Errno::ENODATA,
+            Errno::ERANGE,
+            Errno::ENOTEMPTY,
+        ];
+        if !answer.contains(&e) {
+            let name = nix::errno::Errno::from_raw(e.code());
+            *self
+                .stats
+                .lock()
+                .expect("stats")
+                .failed
+                .entry(format!("{op} {name:?}"))
+                .or_default() += 1;
+        }
+        e
+    }
+
+    /// Writes `data` at `offset` of inode `ino` (open as `f`). A
+    /// `durable` write (the file open with O_DIRECT, O_DSYNC or O_SYNC)
+    /// is on the medium when it returns, as an fdatasync would leave it.
+    pub(super) fn write(
+        &self,
+        ino: u64,
+        f: &File,
+        offset: u64,
+        data: &[u8],
+        durable: bool,
+    ) -> Result<u32, Errno> {
         self.inject(IoOp::Write, ino)?;
         let _gate = self.gate.read().expect("gate");
         // With the writeback cache no budget can be in force (it is only
@@ -268,7 +354,11 @@ impl Shared {
             0
         };
         self.reserve(estimate)?;
-        {
+        if durable {
+            // Whatever the file held unsynced is taken as synced with it
+            // (an fdatasync's effect; a cut can only lose less).
+            self.unsynced.lock().expect("unsynced").remove(&ino);
+        } else {
             let mut unsynced = self.unsynced.lock().expect("unsynced");
             let u = unsynced.entry(ino).or_insert_with(|| Unsynced {
                 synced_len: len,

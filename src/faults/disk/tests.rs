@@ -10,7 +10,11 @@ fn mounted(seed: u64, limit: Option<u64>) -> (tempfile::TempDir, Mounted) {
     mounted_with(seed, limit, Writes::Through)
 }
 
-fn mounted_with(seed: u64, limit: Option<u64>, writes: Writes) -> (tempfile::TempDir, Mounted) {
+pub(super) fn mounted_with(
+    seed: u64,
+    limit: Option<u64>,
+    writes: Writes,
+) -> (tempfile::TempDir, Mounted) {
     let dir = tempfile::tempdir().unwrap();
     let m = Mounted::mount(
         &dir.path().join("backing"),
