@@ -11,6 +11,11 @@
 //!
 //!     cargo build --bin soak-node && cargo run --example faultfs [requests, default 100000]
 //!
+//! Then a second table, file I/O with no node (`faultfs files` prints only
+//! it): 4 KiB writes buffered with an fdatasync every 16, 4 KiB writes with
+//! O_DIRECT, and O_DIRECT reads of what was written, on the plain folder
+//! and on both mounts: MiB/s, the median of three rounds.
+//!
 //! Needs root and /dev/fuse (the mount), redis-benchmark (`apt-get
 //! install redis-tools`).
 
@@ -99,13 +104,111 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// A block-aligned buffer, as O_DIRECT needs.
+struct Aligned(*mut u8, std::alloc::Layout);
+
+impl Aligned {
+    fn new(len: usize) -> Aligned {
+        let layout = std::alloc::Layout::from_size_align(len, 4096).expect("a layout");
+        // SAFETY: a non-zero layout, freed in Drop.
+        Aligned(unsafe { std::alloc::alloc_zeroed(layout) }, layout)
+    }
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: the allocation's length, zeroed at birth.
+        unsafe { std::slice::from_raw_parts_mut(self.0, self.1.size()) }
+    }
+}
+
+impl Drop for Aligned {
+    fn drop(&mut self) {
+        // SAFETY: allocated in new() with this layout.
+        unsafe { std::alloc::dealloc(self.0, self.1) }
+    }
+}
+
+/// MiB/s of one file workload in `dir`: `kind` is "buffered" (4 KiB writes,
+/// fdatasync every 16), "direct write" or "direct read".
+fn file_io(dir: &Path, kind: &str, mib: usize) -> f64 {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let p = dir.join("io");
+    let direct = kind != "buffered";
+    let mut o = std::fs::OpenOptions::new();
+    o.create(true).read(true).write(true);
+    if direct {
+        o.custom_flags(libc::O_DIRECT);
+    }
+    let f = o.open(&p).expect("open");
+    let mut buf = Aligned::new(4096);
+    buf.bytes().fill(7);
+    let blocks = mib * 256;
+    let t = std::time::Instant::now();
+    for i in 0..blocks {
+        let off = (i * 4096) as u64;
+        if kind == "direct read" {
+            f.read_exact_at(buf.bytes(), off).expect("read");
+        } else {
+            f.write_all_at(buf.bytes(), off).expect("write");
+            if !direct && i % 16 == 15 {
+                f.sync_data().expect("fdatasync");
+            }
+        }
+    }
+    mib as f64 / t.elapsed().as_secs_f64()
+}
+
+fn files_table(work: &Path) {
+    println!();
+    println!("| file I/O | plain MiB/s | writes through | ratio | writeback cache | ratio |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let through = Mounted::mount(
+        &work.join("t.files"),
+        &work.join("t"),
+        "bench",
+        1,
+        None,
+        Writes::Through,
+    )
+    .expect("mount the fault filesystem (root and /dev/fuse)");
+    let cached = Mounted::mount(
+        &work.join("c.files"),
+        &work.join("c"),
+        "bench",
+        1,
+        None,
+        Writes::Cached,
+    )
+    .expect("mount the fault filesystem (root and /dev/fuse)");
+    let plain = work.join("plain-files");
+    std::fs::create_dir_all(&plain).expect("a folder");
+    let dirs = [plain.clone(), work.join("t"), work.join("c")];
+    for kind in ["buffered", "direct write", "direct read"] {
+        let mut rates = [vec![], vec![], vec![]];
+        for _ in 0..ROUNDS {
+            for (d, r) in dirs.iter().zip(rates.iter_mut()) {
+                r.push(file_io(d, kind, 64));
+            }
+        }
+        let [a, b, c] = rates.map(median);
+        println!(
+            "| {kind} | {a:.0} | {b:.0} | {:.2} | {c:.0} | {:.2} |",
+            b / a,
+            c / a
+        );
+    }
+    drop((through, cached));
+}
+
 fn main() {
+    let work = tempfile::tempdir().expect("a temporary folder");
+    if std::env::args().nth(1).as_deref() == Some("files") {
+        files_table(work.path());
+        return;
+    }
     need("redis-benchmark", "redis-tools");
     let requests: usize = std::env::args()
         .nth(1)
         .map(|a| a.parse().expect("a number of requests"))
         .unwrap_or(100_000);
-    let work = tempfile::tempdir().expect("a temporary folder");
     println!(
         "| test | pipeline | WAL fsynced | direct ops/s | writes through | ratio | writeback cache | ratio |"
     );
@@ -163,4 +266,5 @@ fn main() {
         drop(through_fs);
         drop(cached_fs);
     }
+    files_table(work.path());
 }

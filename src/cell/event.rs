@@ -1,19 +1,16 @@
 //! A cell's event stream: what happened, typed, in the order it happened.
-//! The phase runner emits [`Event`]s onto a [`Bus`]; the bus stamps them and fans
-//! them out to its sinks: the console, `events.jsonl` (one JSON object per
-//! line, tagged by `kind`), the live progress, and the [`Recorder`] that
-//! folds them into the cell's records. Nothing in the phase runner prints.
-//!
-//! [`Recorder`]: super::record::Recorder
+//! The phase runner emits [`Event`]s onto the cell's bus (bus.rs);
+//! the bus stamps them and fans them out to its sinks: the console,
+//! `events.jsonl` (one JSON object per line, tagged by `kind`), the live
+//! progress, and the recorder that folds them into the cell's records.
+//! Nothing in the phase runner prints.
 
 use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio::time::Instant;
 
-use super::record::Recorder;
 use crate::model::{
     Action, Cause, ExecResult, Hole, Integrity, LoadSummary, LostWrite, OfflineRecord, Oracle,
     UpgradeRecord, Verdict,
@@ -486,54 +483,5 @@ impl Sink for Jsonl {
             // Written through at once: a crash of soak keeps what it saw.
             let _ = self.file.flush();
         }
-    }
-}
-
-/// The cell's event bus: stamps each event with the cell's time and hands
-/// it to the recorder and every sink.
-pub struct Bus {
-    cell: String,
-    origin: Instant,
-    pub recorder: Recorder,
-    sinks: Vec<Box<dyn Sink>>,
-}
-
-impl Bus {
-    pub fn new(cell: &str, origin: Instant) -> Bus {
-        Bus {
-            cell: cell.to_string(),
-            origin,
-            recorder: Recorder::default(),
-            sinks: vec![],
-        }
-    }
-
-    pub fn with(mut self, sink: impl Sink + 'static) -> Bus {
-        self.sinks.push(Box::new(sink));
-        self
-    }
-
-    /// Seconds since the cell started.
-    pub fn t(&self) -> f64 {
-        self.origin.elapsed().as_secs_f64()
-    }
-
-    pub fn emit(&mut self, e: Event) {
-        let t = self.t();
-        self.recorder.record(t, &e);
-        for s in &mut self.sinks {
-            s.event(&self.cell, t, &e);
-        }
-    }
-
-    pub fn error(&mut self, text: impl Into<String>) {
-        self.emit(Event::Error { text: text.into() });
-    }
-
-    pub fn notice(&mut self, what: &str, text: impl Into<String>) {
-        self.emit(Event::Notice {
-            what: what.into(),
-            text: text.into(),
-        });
     }
 }

@@ -4,6 +4,7 @@
 //! what happened as typed events ([`event`]), which the recorder folds into
 //! the cell's records ([`record`]). It drives any [`Node`]; it never prints.
 
+pub mod bus;
 pub mod checks;
 pub mod event;
 pub mod linearizable;
@@ -32,7 +33,8 @@ use crate::telemetry::Target;
 use crate::units::human_duration;
 use crate::verify::{self, VerifyError};
 use crate::workload::Load;
-use event::{Bus, Event};
+use bus::Bus;
+use event::Event;
 
 pub use crate::suite::BASE_VERSION;
 

@@ -12,7 +12,8 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use tokio::sync::watch;
 
-use super::event::{Bus, Event, Sink};
+use super::bus::Bus;
+use super::event::{Event, Sink};
 use super::*;
 use crate::driver::{Death, DriverError, Exit, Exited, Launch, Node};
 use crate::model::{Cause, Swap, SwapOutcome};

@@ -10,6 +10,7 @@ pub mod cgroup;
 pub mod cluster;
 pub mod docker;
 pub mod ended;
+pub mod image;
 pub mod kubernetes;
 pub mod process;
 

@@ -633,3 +633,11 @@ impl Node for ProcessNode {
         ProcessNode::shutdown(self)
     }
 }
+
+/// A process's parent, from `/proc/PID/stat` (after the command's `)`,
+/// which may itself hold spaces and parentheses).
+pub fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}

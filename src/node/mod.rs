@@ -83,6 +83,14 @@ pub struct StorageArgs {
     /// RocksDB background jobs (flushes and compactions).
     #[arg(long, help_heading = "Storage")]
     pub background_jobs: Option<i32>,
+    /// O_DIRECT for flushes' and compactions' writes and reads
+    /// (use_direct_io_for_flush_and_compaction).
+    #[arg(long, value_parser = on_off, action = clap::ArgAction::Set, help_heading = "Storage")]
+    pub direct_io_for_flush_and_compaction: Option<bool>,
+    /// O_DIRECT for user reads (use_direct_reads): the block cache is then
+    /// the only cache of the SST files.
+    #[arg(long, value_parser = on_off, action = clap::ArgAction::Set, help_heading = "Storage")]
+    pub direct_reads: Option<bool>,
     /// A RocksDB OPTIONS file to take database and column family options
     /// from, instead of the storage flags above.
     #[arg(long, help_heading = "Storage")]
@@ -116,6 +124,11 @@ impl StorageArgs {
             (self.bloom_bits.is_some(), "--bloom-bits"),
             (self.format_version.is_some(), "--format-version"),
             (self.background_jobs.is_some(), "--background-jobs"),
+            (
+                self.direct_io_for_flush_and_compaction.is_some(),
+                "--direct-io-for-flush-and-compaction",
+            ),
+            (self.direct_reads.is_some(), "--direct-reads"),
         ]
         .into_iter()
         .filter_map(|(given, name)| given.then_some(name))

@@ -83,6 +83,12 @@ fn apply_flags(opts: &mut Options, s: &StorageArgs, cache: &Cache) -> Option<Wri
     if let Some(v) = s.background_jobs {
         opts.set_max_background_jobs(v);
     }
+    if let Some(v) = s.direct_io_for_flush_and_compaction {
+        opts.set_use_direct_io_for_flush_and_compaction(v);
+    }
+    if let Some(v) = s.direct_reads {
+        opts.set_use_direct_reads(v);
+    }
     let wbm = s.db_write_buffer_size.map(|limit| {
         let wbm = if s.write_buffer_manager_charge_cache {
             WriteBufferManager::new_write_buffer_manager_with_cache(

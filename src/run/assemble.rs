@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::analysis;
+use crate::cell::bus::Bus;
 use crate::cell::checks::{self, Measured};
-use crate::cell::event::{Bus, Event};
+use crate::cell::event::Event;
 use crate::cell::record::Recorder;
 use crate::cell::CellError;
 use crate::model::{

@@ -10,7 +10,8 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::sync::watch;
 
-use crate::cell::event::{Bus, Event, Jsonl};
+use crate::cell::bus::Bus;
+use crate::cell::event::{Event, Jsonl};
 use crate::cell::timeline;
 use crate::cell::{Cell, CellError, Context};
 use crate::driver::allocator;

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicI32, AtomicU32};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cell::event::{Bus, Event};
+use crate::cell::bus::Bus;
+use crate::cell::event::Event;
 use crate::driver::any::AnyNode;
 use crate::driver::cgroup::{self, place::Placement, Cgroup};
 use crate::driver::Node;

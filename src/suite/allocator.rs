@@ -226,7 +226,7 @@ impl<'de> Deserialize<'de> for Profile {
                 for (k, v) in raw {
                     options.insert(
                         k.clone(),
-                        super::matrix::scalar(&v).ok_or_else(|| {
+                        super::values::scalar(&v).ok_or_else(|| {
                             de::Error::custom(format!(
                                 "`{k}`: allocator options are scalars (numbers, sizes, words)"
                             ))

@@ -7,6 +7,7 @@ use std::fmt;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
+use super::values::scalar;
 use crate::suite::allocator::Profile;
 use crate::suite::Checks;
 
@@ -75,16 +76,6 @@ impl CellDef {
 
     pub fn allocator(&self) -> Option<&Profile> {
         self.params.iter().find_map(|(_, v)| v.allocator.as_ref())
-    }
-}
-
-/// A YAML scalar (word, number, boolean) as text; `None` for a list or map.
-pub fn scalar(v: &serde_norway::Value) -> Option<String> {
-    match v {
-        serde_norway::Value::String(s) => Some(s.clone()),
-        serde_norway::Value::Number(n) => Some(n.to_string()),
-        serde_norway::Value::Bool(b) => Some(b.to_string()),
-        _ => None,
     }
 }
 

@@ -248,6 +248,16 @@ impl fmt::Display for Sig {
     }
 }
 
+/// A YAML scalar (word, number, boolean) as text; `None` for a list or map.
+pub fn scalar(v: &serde_norway::Value) -> Option<String> {
+    match v {
+        serde_norway::Value::String(s) => Some(s.clone()),
+        serde_norway::Value::Number(n) => Some(n.to_string()),
+        serde_norway::Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -245,13 +245,7 @@ pub fn rss_of(pid: i32) -> u64 {
     memory_of(pid).0
 }
 
-/// A process's parent, from `/proc/PID/stat` (after the command's `)`,
-/// which may itself hold spaces and parentheses).
-pub fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(1)?.parse().ok()
-}
+pub use crate::driver::process::parent_of;
 
 /// The leader and its descendants, from `/proc/*/stat`.
 pub fn process_tree(root: i32) -> Vec<i32> {

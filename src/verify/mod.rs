@@ -262,6 +262,33 @@ impl<P: FnMut(usize, usize) + Send> Shared<'_, P> {
         }
     }
 
+    /// Keeps as many batches in flight on `s` as the depth allows (noting
+    /// when each was sent if the history is recorded).
+    fn submit(
+        &self,
+        s: &mut dyn crate::protocol::Session,
+        in_flight: &mut std::collections::HashMap<u64, Batch>,
+        sent: &mut std::collections::HashMap<u64, std::time::Instant>,
+        next_id: &mut u64,
+        recording: bool,
+    ) {
+        while in_flight.len() < self.depth.min(s.capacity()) {
+            let Some(mut b) = self.take() else { break };
+            b.asked += 1;
+            s.submit(
+                *next_id,
+                Request::Get {
+                    keys: &self.keys[b.start..b.start + b.len],
+                },
+            );
+            in_flight.insert(*next_id, b);
+            if recording {
+                sent.insert(*next_id, std::time::Instant::now());
+            }
+            *next_id += 1;
+        }
+    }
+
     /// One session's loop: connect, keep batches in flight, judge what
     /// comes back, until no batch is left or the read-back failed.
     async fn session(&self, protocol: &dyn Protocol, index: usize) {
@@ -287,21 +314,13 @@ impl<P: FnMut(usize, usize) + Send> Shared<'_, P> {
                     Err(e) => return self.fail(e),
                 },
             };
-            while in_flight.len() < self.depth.min(s.capacity()) {
-                let Some(mut b) = self.take() else { break };
-                b.asked += 1;
-                s.submit(
-                    next_id,
-                    Request::Get {
-                        keys: &self.keys[b.start..b.start + b.len],
-                    },
-                );
-                in_flight.insert(next_id, b);
-                if buf.is_some() {
-                    sent.insert(next_id, std::time::Instant::now());
-                }
-                next_id += 1;
-            }
+            self.submit(
+                s.as_mut(),
+                &mut in_flight,
+                &mut sent,
+                &mut next_id,
+                buf.is_some(),
+            );
             if in_flight.is_empty() {
                 return;
             }

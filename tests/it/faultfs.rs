@@ -69,3 +69,50 @@ fn mariadb_keeps_what_innodb_flush_log_at_trx_commit_promises() {
     assert!(two.integrity.lost_unsynced > 0);
     assert!(zero.integrity.lost > 0);
 }
+
+/// RocksDB's direct I/O for flushes, compactions and reads on the fault
+/// filesystem: its OPTIONS say so, nothing fails, and power cuts take only
+/// the WAL's unsynced tail.
+#[test]
+fn rocksdb_with_direct_io_loses_only_its_unsynced_wal_tail_to_power_cuts() {
+    let run = soak_run(
+        "suites/rocksdb-direct-io.yaml",
+        &["--duration-scale", "0.5"],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let cells = &run.summary().cells;
+    let by = |id: &str| cells.iter().find(|c| c.id == id).unwrap();
+    let (on, off) = (by("storage=sync-on"), by("storage=sync-off"));
+    for c in [on, off] {
+        assert_eq!(c.restarts.len(), 5, "{}", c.id);
+        assert_eq!(c.integrity.lost + c.integrity.corrupted, 0, "{}", c.id);
+        let disk = c.disk_faults.as_ref().unwrap();
+        assert!(disk.failed.is_empty(), "{}: {:?}", c.id, disk.failed);
+    }
+    assert_eq!(on.integrity.lost_unsynced, 0);
+    assert!(off.integrity.lost_unsynced > 0);
+    let dir = run.report_dir.as_ref().expect("the run's folder");
+    let options = walk_options(&dir.join("cells/storage=sync-on"));
+    assert!(
+        options.contains("use_direct_io_for_flush_and_compaction=true")
+            && options.contains("use_direct_reads=true"),
+        "{options}"
+    );
+}
+
+/// The OPTIONS files RocksDB wrote under a cell's folder.
+fn walk_options(dir: &std::path::Path) -> String {
+    let mut all = String::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            all += &walk_options(&p);
+        } else if p
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("OPTIONS-"))
+        {
+            all += &std::fs::read_to_string(&p).unwrap_or_default();
+        }
+    }
+    all
+}

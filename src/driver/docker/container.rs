@@ -7,7 +7,7 @@
 //! is the engine's: the wait endpoint, then the container's state
 //! (`OOMKilled`, the exit code).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,36 +28,7 @@ use crate::driver::ended::{self, exit_of, EndWatch, Ended};
 use crate::driver::process::{await_ready, not_ready, NotReady, Spec};
 use crate::driver::{Death, DriverError, EngineMemory, Exit, Exited, Launch, Node};
 
-/// Labels every container of soak carries.
-pub const LABEL_RUN: &str = "soak.run";
-pub const LABEL_CELL: &str = "soak.cell";
-pub const LABEL_SUITE: &str = "soak.suite";
-pub const LABEL_MACHINE: &str = "soak.machine";
-
-/// What a cell's containers are made with, besides the node's spec.
-#[derive(Debug, Clone)]
-pub struct ContainerPlan {
-    /// The image the first start runs (a version swap may name another).
-    pub image: String,
-    /// `--docker-host`, else `DOCKER_HOST`, else the local socket.
-    pub host: Option<String>,
-    /// Containers are named `NAME-N`, N counting the starts.
-    pub name: String,
-    pub labels: BTreeMap<String, String>,
-    /// Folders bind-mounted at the same path (the cell's folder).
-    pub mounts: Vec<PathBuf>,
-    pub user: Option<String>,
-    /// `limits.memory`.
-    pub memory: Option<u64>,
-    /// `limits.swap`: swap allowed beyond the memory limit (none if not
-    /// given).
-    pub swap: Option<u64>,
-    /// A Kubernetes cluster to run it on as a Pod, instead of an engine.
-    pub kubernetes: Option<crate::driver::kubernetes::KubePlan>,
-    /// The node's ports (`${PORT}`, `${METRICS_PORT}`, `${PORT2}`...): a
-    /// Pod on a network of its own is reached at them.
-    pub ports: Vec<u16>,
-}
+pub use crate::driver::image::{ContainerPlan, LABEL_CELL, LABEL_MACHINE, LABEL_RUN, LABEL_SUITE};
 
 struct Incarnation {
     id: String,

@@ -221,7 +221,7 @@ fn first_process(procs: &[i32]) -> Option<i32> {
     procs
         .iter()
         .copied()
-        .filter(|p| crate::telemetry::parent_of(*p).is_some_and(|pp| !procs.contains(&pp)))
+        .filter(|p| crate::driver::process::parent_of(*p).is_some_and(|pp| !procs.contains(&pp)))
         .min()
 }
 

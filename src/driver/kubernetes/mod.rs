@@ -49,8 +49,8 @@ use nix::sys::signal::Signal;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::driver::docker::container::ContainerPlan;
 use crate::driver::ended::{self, exit_of, EndWatch, Ended};
+use crate::driver::image::ContainerPlan;
 use crate::driver::process::{await_ready, not_ready, NotReady, Spec};
 use crate::driver::{Death, DriverError, EngineMemory, Exit, Exited, Launch, Node};
 
@@ -60,45 +60,7 @@ pub const STORAGE_CLASS: &str = "soak";
 /// hold `=` or `,`).
 pub const ANNOTATION_CELL: &str = "soak.cell";
 
-/// Which cluster, and where in it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KubePlan {
-    /// `--kubeconfig`; without it `KUBECONFIG`, `~/.kube/config`, or the
-    /// in-cluster service account.
-    pub kubeconfig: Option<PathBuf>,
-    /// `--namespace` (`default`).
-    pub namespace: String,
-    /// `--pod-network`: how soak reaches the node's ports.
-    pub network: PodNetwork,
-}
-
-/// How soak reaches a Pod's ports (`--pod-network`). Whichever it is, the
-/// node is at `127.0.0.1:${PORT}` for the suite, as a process is.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    Default,
-    PartialEq,
-    Eq,
-    serde::Serialize,
-    serde::Deserialize,
-    clap::ValueEnum,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum PodNetwork {
-    /// The host's network (`hostNetwork`): the node listens on the
-    /// loopback of the machine it runs on, so soak must run there too. No
-    /// hop.
-    #[default]
-    Host,
-    /// The Pod's own network, reached through the API server and the
-    /// kubelet (`kubectl port-forward`'s path): from anywhere the API is.
-    PortForward,
-    /// The Pod's own network, reached at the Pod's address: from inside
-    /// the cluster (soak as a Job) or one of its machines.
-    PodIp,
-}
+pub use crate::driver::image::{KubePlan, PodNetwork};
 
 /// A client of the cluster the plan names, checked: it answers, and soak
 /// may list Pods in the namespace. Errors are the API's own words with
@@ -939,7 +901,7 @@ pub struct Labelled {
 
 /// Every Pod, claim (in `namespace`) and volume of soak on the cluster.
 pub async fn labelled(client: &kube::Client, namespace: &str) -> Result<Vec<Labelled>, String> {
-    use crate::driver::docker::container::{LABEL_MACHINE, LABEL_RUN};
+    use crate::driver::image::{LABEL_MACHINE, LABEL_RUN};
     let lp = ListParams::default().labels(LABEL_RUN);
     let err = |e: kube::Error| crate::net::error_chain(&e);
     let of = |kind: &'static str, m: &ObjectMeta| {

@@ -76,11 +76,8 @@ fn content(p: &Path) -> String {
     }
 }
 
-/// Every operation of the conformance list on `dir`, and what each showed.
-fn operations(dir: &Path) -> Vec<(&'static str, String)> {
-    let mut seen = vec![];
-    let mut note = |what: &'static str, v: String| seen.push((what, v));
-
+/// O_DIRECT, O_DSYNC, O_SYNC, fdatasync and sync_file_range.
+fn sync_and_direct(dir: &Path, note: &mut impl FnMut(&'static str, String)) {
     // O_DIRECT: aligned writes and reads.
     let p = dir.join("direct");
     let f = OpenOptions::new()
@@ -131,6 +128,9 @@ fn operations(dir: &Path) -> Vec<(&'static str, String)> {
             )
         }),
     );
+}
+
+fn space_and_mapping(dir: &Path, note: &mut impl FnMut(&'static str, String)) {
     // fallocate, a punched hole, ftruncate.
     let f = OpenOptions::new()
         .create(true)
@@ -202,6 +202,9 @@ fn operations(dir: &Path) -> Vec<(&'static str, String)> {
     }
     drop(f);
     note("mapped file read", content(&dir.join("mapped")));
+}
+
+fn links_and_renames(dir: &Path, note: &mut impl FnMut(&'static str, String)) {
     // Hard links.
     std::fs::write(dir.join("original"), b"linked").unwrap();
     note(
@@ -253,6 +256,9 @@ fn operations(dir: &Path) -> Vec<(&'static str, String)> {
     );
     note("after rename over", content(&dir.join("old")));
     note("the source is gone", dir.join("new").exists().to_string());
+}
+
+fn exchange_and_special_files(dir: &Path, note: &mut impl FnMut(&'static str, String)) {
     // renameat2: no replace, and an exchange.
     std::fs::write(dir.join("x"), b"x's").unwrap();
     std::fs::write(dir.join("y"), b"y's, longer").unwrap();
@@ -314,6 +320,9 @@ fn operations(dir: &Path) -> Vec<(&'static str, String)> {
             String::from_utf8_lossy(&got).into_owned(),
         );
     }
+}
+
+fn attributes_and_locks(dir: &Path, note: &mut impl FnMut(&'static str, String)) {
     // Extended attributes.
     let x = dir.join("second");
     // SAFETY: valid C strings and buffers of the lengths given.
@@ -394,6 +403,17 @@ fn operations(dir: &Path) -> Vec<(&'static str, String)> {
         "fsync a directory",
         res(File::open(dir).and_then(|d| d.sync_all())),
     );
+}
+
+/// Every operation of the conformance list on `dir`, and what each showed.
+fn operations(dir: &Path) -> Vec<(&'static str, String)> {
+    let mut seen = vec![];
+    let mut note = |what: &'static str, v: String| seen.push((what, v));
+    sync_and_direct(dir, &mut note);
+    space_and_mapping(dir, &mut note);
+    links_and_renames(dir, &mut note);
+    exchange_and_special_files(dir, &mut note);
+    attributes_and_locks(dir, &mut note);
     seen
 }
 
