@@ -579,9 +579,26 @@ fn series(m: &MemorySummary, s: Series) -> (&SeriesAnalysis, u64) {
 /// Fails only on growth above the limit that is also a significant trend
 /// (analysis::trend): warm-up and sawtooth are not leaks.
 fn growth(g: &GrowthCheck, m: &MemorySummary) -> CheckResult {
-    if let Some(min) = g.min {
-        return expected_growth(g, min.0, m);
+    let mut r = match g.min {
+        Some(min) => expected_growth(g, min.0, m),
+        None => growth_over(g, m),
+    };
+    // Which part of the process carried a significant growth: "of which
+    // glibc arenas +110.0 MiB/h, 92% of it: 8 arenas to 24".
+    let (a, _) = series(m, g.series);
+    if let (Some(s), Some(p)) = (a.slope_per_hour, a.p_growth) {
+        if s > 0.0 && p < GROWTH_ALPHA && g.series != Series::Cgroup {
+            if let (Some(d), Some(why)) = (r.detail.as_mut(), m.attribution(s)) {
+                d.push_str("; ");
+                d.push_str(&why);
+            }
+        }
     }
+    r
+}
+
+/// A growth check with a `max` only.
+fn growth_over(g: &GrowthCheck, m: &MemorySummary) -> CheckResult {
     let (a, _) = series(m, g.series);
     let growing = match (a.slope_per_hour, a.p_growth) {
         (Some(s), Some(p)) => s > g.max.0 && p < GROWTH_ALPHA,

@@ -690,6 +690,73 @@ pub struct MemorySummary {
     pub anon: SeriesAnalysis,
     pub cgroup: SeriesAnalysis,
     pub disk: SeriesAnalysis,
+    /// Where the resident memory was, by kind of mapping (`smaps`): each
+    /// kind's figures and trend, those ever above 0.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kinds: Vec<KindGrowth>,
+}
+
+/// One kind of resident memory (heap, glibc arenas, thread stacks, ...)
+/// over a cell, from the node's `smaps`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct KindGrowth {
+    /// `heap`, `arenas`, `stacks`, `other_anon`, `file`, `shared`.
+    pub kind: String,
+    /// How reports name it: `glibc arenas`.
+    pub label: String,
+    pub peak_bytes: u64,
+    /// At the first reading after warm-up, and at the last one.
+    pub first_bytes: u64,
+    pub last_bytes: u64,
+    /// Its growth (as [`SeriesAnalysis::slope_per_hour`]) and its
+    /// significance.
+    pub slope_bytes_per_hour: Option<f64>,
+    pub p_growth: Option<f64>,
+    /// For glibc arenas: how many there were at those two readings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count_first: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count_last: Option<u64>,
+}
+
+impl MemorySummary {
+    /// The kind that carried the most significant growth, if any grew.
+    pub fn growing_kind(&self) -> Option<&KindGrowth> {
+        self.kinds
+            .iter()
+            .filter(|k| {
+                k.p_growth.is_some_and(|p| p < crate::analysis::GROWTH_ALPHA)
+                    && k.slope_bytes_per_hour.is_some_and(|s| s > 0.0)
+            })
+            .max_by(|a, b| {
+                a.slope_bytes_per_hour
+                    .partial_cmp(&b.slope_bytes_per_hour)
+                    .unwrap_or(std::cmp::Ordering::Equal)
+            })
+    }
+
+    /// "of which glibc arenas +110.0 MiB/h (8 arenas to 24)": the kind that
+    /// carried a growth of `total` bytes an hour, and its share of it.
+    pub fn attribution(&self, total: f64) -> Option<String> {
+        let k = self.growing_kind()?;
+        let slope = k.slope_bytes_per_hour?;
+        let share = if total > 0.0 {
+            format!(", {:.0}% of it", (slope / total * 100.0).min(100.0))
+        } else {
+            String::new()
+        };
+        let count = match (k.count_first, k.count_last) {
+            (Some(a), Some(b)) if a != b => format!(": {a} arenas to {b}"),
+            (Some(a), Some(_)) => format!(": {a} arenas"),
+            _ => String::new(),
+        };
+        Some(format!(
+            "of which {} {:+.1} MiB/h{share}{count}",
+            k.label,
+            slope / 1048576.0
+        ))
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]

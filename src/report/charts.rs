@@ -63,6 +63,13 @@ pub const MEASURES: &[(&str, &str)] = &[
     ("anon_bytes", "anonymous"),
     ("cgroup_bytes", "cgroup"),
     ("disk_bytes", "disk"),
+    // Where the resident memory is, from smaps (telemetry::maps).
+    ("heap_bytes", "heap (brk)"),
+    ("arena_bytes", "glibc arenas"),
+    ("stack_bytes", "thread stacks"),
+    ("other_anon_bytes", "other anonymous"),
+    ("file_mapped_bytes", "file-backed"),
+    ("shared_bytes", "shared memory"),
 ];
 
 /// The charts of every cell, by cell id.

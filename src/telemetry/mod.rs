@@ -2,6 +2,7 @@
 //! cell's `samples.csv.gz` as each sample is taken (see [`crate::gzcsv`]),
 //! so a run that dies keeps what it saw.
 
+pub mod maps;
 pub mod prometheus;
 
 use std::collections::BTreeMap;
@@ -62,22 +63,32 @@ pub struct Sample {
     /// filesystem's threads (those alive now).
     pub load_cpu_s: f64,
     pub faultfs_cpu_s: f64,
+    /// Resident memory by kind of mapping, from `/proc/PID/smaps`, read
+    /// with PSS (and carried between reads as it is).
+    pub maps: maps::Kinds,
 }
 
 /// The header of `samples.csv.gz`; columns are only ever added at the end.
-pub const SAMPLES_HEADER: &str = "t_s,segment,up,rss_bytes,pss_bytes,anon_bytes,cgroup_bytes,cgroup_anon_bytes,cgroup_file_bytes,disk_bytes,cgroup_kernel_bytes,cgroup_shmem_bytes,cgroup_sock_bytes,memory_pressure_some_avg10,memory_pressure_full_avg10,memory_events_high,memory_events_max,soak_rss_bytes,soak_cpu_s,sampler_cpu_s,load_cpu_s,faultfs_cpu_s";
+pub const SAMPLES_HEADER: &str = "t_s,segment,up,rss_bytes,pss_bytes,anon_bytes,cgroup_bytes,cgroup_anon_bytes,cgroup_file_bytes,disk_bytes,cgroup_kernel_bytes,cgroup_shmem_bytes,cgroup_sock_bytes,memory_pressure_some_avg10,memory_pressure_full_avg10,memory_events_high,memory_events_max,soak_rss_bytes,soak_cpu_s,sampler_cpu_s,load_cpu_s,faultfs_cpu_s,heap_bytes,arena_bytes,arenas,stack_bytes,other_anon_bytes,file_mapped_bytes,shared_bytes";
 
 impl Sample {
     /// One line of `samples.csv.gz` (a figure that could not be read is empty).
     pub fn csv_line(&self) -> String {
         let opt = |v: Option<f64>| v.map(|v| format!("{v:.2}")).unwrap_or_default();
-        let pss = if self.pss_carried {
-            String::new()
+        let (pss, kinds) = if self.pss_carried {
+            (String::new(), ",,,,,,".to_string())
         } else {
-            self.pss.to_string()
+            let k = &self.maps;
+            (
+                self.pss.to_string(),
+                format!(
+                    "{},{},{},{},{},{},{}",
+                    k.heap, k.arenas, k.arena_count, k.stacks, k.other_anon, k.file, k.shared
+                ),
+            )
         };
         format!(
-            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{:.2},{:.2}",
+            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{:.2},{:.2},{}",
             self.t,
             self.segment,
             u8::from(self.up),
@@ -100,6 +111,7 @@ impl Sample {
             self.sampler_cpu_s,
             self.load_cpu_s,
             self.faultfs_cpu_s,
+            kinds,
         )
     }
 }
@@ -211,10 +223,11 @@ pub fn disk_usage(dir: &std::path::Path) -> u64 {
         .sum()
 }
 
-/// The share of a core that reading PSS may take: `smaps_rollup` walks
-/// every page table of the process, so its cost grows with the node's
-/// memory (3 ms at 130 MiB here, 46% of soak's CPU when sampled every
-/// 10 ms). After a read that took d, the next waits d / PSS_BUDGET.
+/// The share of a core that reading `smaps` (PSS and the kinds of
+/// [`maps`]) may take: the kernel walks every page table of the process,
+/// so its cost grows with the node's memory (`smaps_rollup` alone took 3 ms
+/// at 130 MiB here, 46% of soak's CPU when sampled every 10 ms). After a
+/// read that took d, the next waits d / PSS_BUDGET.
 pub const PSS_BUDGET: f64 = 0.01;
 
 /// The figures of `text` (`/proc/PID/status` or `smaps_rollup`) under
@@ -226,10 +239,13 @@ fn kb_field(text: &str, key: &str) -> u64 {
         .map_or(0, |k| k * 1024)
 }
 
-/// PSS bytes of one process, from `/proc/PID/smaps_rollup` (Linux 4.14+).
-pub fn pss_of(pid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
-        .map_or(0, |text| kb_field(&text, "Pss:"))
+/// The kinds of memory of the node's processes, PSS included.
+fn kinds_of(pids: &[i32]) -> maps::Kinds {
+    let mut k = maps::Kinds::default();
+    for p in pids {
+        k.add(&maps::of_pid(*p));
+    }
+    k
 }
 
 /// (RSS, anonymous) bytes of one process, from `/proc/PID/status`: the
@@ -293,17 +309,18 @@ impl Target {
         let pressure = cg.and_then(|c| c.pressure());
         let mems: Vec<(u64, u64)> = pids.iter().map(|p| memory_of(*p)).collect();
         let started = std::time::Instant::now();
-        let pss = if pss {
-            pids.iter().map(|p| pss_of(*p)).sum()
+        let kinds = if pss {
+            kinds_of(&pids)
         } else {
-            0
+            maps::Kinds::default()
         };
         let sample = Sample {
             t,
             segment: self.segment.load(Relaxed),
             up: pid != 0,
             rss: mems.iter().map(|m| m.0).sum(),
-            pss,
+            pss: kinds.pss,
+            maps: kinds,
             anon: mems.iter().map(|m| m.1).sum(),
             cgroup: mem.usage,
             cgroup_anon: mem.anon,
@@ -436,6 +453,7 @@ fn merge(a: Sample, b: Sample) -> Sample {
         pressure_some: most(a.pressure_some, b.pressure_some),
         pressure_full: most(a.pressure_full, b.pressure_full),
         soak_rss: a.soak_rss.max(b.soak_rss),
+        maps: a.maps.most(&b.maps),
         ..b
     }
 }
@@ -465,7 +483,7 @@ impl Sampler {
             let mut sampler_cpu_s = 0.0;
             // The last PSS read, of which incarnation, and when the next is
             // due (at once for a new incarnation).
-            let (mut pss, mut pss_of, mut pss_due) = (0, None, std::time::Instant::now());
+            let (mut kinds, mut pss_of, mut pss_due) = (maps::Kinds::default(), None, std::time::Instant::now());
             loop {
                 tokio::select! {
                     _ = stopped.changed() => break,
@@ -484,10 +502,10 @@ impl Sampler {
                         .await;
                         let Ok((mut s, pss_took, cpu)) = took else { continue };
                         if read_pss {
-                            (pss, pss_of) = (s.pss, Some(incarnation));
+                            (kinds, pss_of) = (s.maps, Some(incarnation));
                             pss_due = std::time::Instant::now() + pss_took.div_f64(PSS_BUDGET);
                         } else {
-                            (s.pss, s.pss_carried) = (pss, true);
+                            (s.pss, s.maps, s.pss_carried) = (kinds.pss, kinds, true);
                         }
                         sampler_cpu_s += cpu;
                         s.sampler_cpu_s = sampler_cpu_s;

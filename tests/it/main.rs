@@ -16,6 +16,7 @@ mod incidents;
 mod kubernetes;
 mod ledger;
 mod malformed_suites;
+mod memory;
 mod node;
 mod offline;
 mod protocols;

@@ -34,6 +34,14 @@ impl Run {
     pub fn cell(&self) -> &CellResult {
         &self.summary().cells[0]
     }
+    /// The first cell's check `name`.
+    pub fn check(&self, name: &str) -> &soak::model::CheckResult {
+        let checks = &self.cell().checks;
+        checks
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no check {name}: {checks:?}"))
+    }
     /// Checks the first cell's service `name` after a suite that killed the node
     /// once and the service once (a `service` phase): the node's only
     /// restart is its planned kill, and the service was killed once, never
