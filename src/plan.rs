@@ -82,6 +82,14 @@ pub struct AllocatorPlan {
     pub text: String,
 }
 
+/// A heap profiler for the cell's node (`memory.profile`).
+#[derive(Debug, Clone)]
+pub struct ProfilePlan {
+    /// Where the dumps go: the cell's `profile/`.
+    pub dir: PathBuf,
+    pub dump_every: u64,
+}
+
 /// One cell, ready to run.
 #[derive(Debug, Clone)]
 pub struct CellPlan {
@@ -105,6 +113,9 @@ pub struct CellPlan {
     /// How the node's containers are made, when it runs as a container.
     pub container: Option<ContainerPlan>,
     pub allocator: Option<AllocatorPlan>,
+    /// The heap profiler, or why this cell runs without the one the suite
+    /// asks for.
+    pub profile: Profiling,
     pub load: Option<LoadConfig>,
     /// The node's Prometheus endpoint, where it has one.
     pub scrape: Option<String>,
@@ -587,6 +598,71 @@ fn allocator_plan(
     }))
 }
 
+/// The heap profiler the suite asks for (`memory.profile`) and the
+/// allocator it needs: jemalloc's profiler for a cell on jemalloc, or on
+/// no allocator of its own (jemalloc is then preloaded). A cell on another
+/// allocator runs without it, and says why.
+fn profile_plan(
+    suite: &Suite,
+    ctx: &RunContext,
+    dir: &Path,
+    allocator: Option<AllocatorPlan>,
+) -> Result<(Option<AllocatorPlan>, Profiling), PlanError> {
+    let Some(crate::suite::MemoryProfile::Jemalloc) = suite.memory.profile else {
+        return Ok((allocator, Ok(None)));
+    };
+    if suite.node.image.is_some() {
+        return Err(PlanError::Template {
+            field: "memory.profile".into(),
+            error: "a heap profile needs the node to run as a process of this machine, where \
+                    soak preloads jemalloc and reads its dumps: leave `memory.profile` out for \
+                    a container or a Pod"
+                .into(),
+        });
+    }
+    let plan = ProfilePlan {
+        dir: dir.join("profile"),
+        dump_every: suite.memory.dump_every.map_or(256 << 20, |s| s.0),
+    };
+    match allocator {
+        Some(a) if a.profile.kind != allocator::Kind::Jemalloc => {
+            let why = format!(
+                "memory.profile: jemalloc needs jemalloc, and this cell runs {}: no call sites \
+                 here (its kinds of memory are still read from smaps)",
+                a.profile.name
+            );
+            Ok((Some(a), Err(why)))
+        }
+        Some(a) => Ok((Some(a), Ok(Some(plan)))),
+        None => {
+            let profile = allocator::Profile::named(allocator::Kind::Jemalloc);
+            let library = if ctx.find_libraries {
+                profile.find_library().map_err(PlanError::Environment)?
+            } else {
+                None
+            };
+            let a = AllocatorPlan {
+                text: format!("{} (preloaded for memory.profile)", profile.name),
+                profile,
+                library,
+            };
+            Ok((Some(a), Ok(Some(plan))))
+        }
+    }
+}
+
+/// A cell's heap profiler, none, or why it runs without the one asked for.
+pub type Profiling = Result<Option<ProfilePlan>, String>;
+
+/// jemalloc's profiler options added to the node's `MALLOC_CONF`.
+fn profiled_env(env: &mut Vec<(String, String)>, p: &ProfilePlan) {
+    let conf = crate::telemetry::jeprof::malloc_conf(&p.dir, p.dump_every);
+    match env.iter_mut().find(|(k, _)| k == "MALLOC_CONF") {
+        Some((_, v)) => *v = format!("{v},{conf}"),
+        None => env.push(("MALLOC_CONF".into(), conf)),
+    }
+}
+
 /// Each version: its argv, and the node's environment with its own
 /// variables added or replacing.
 fn versions(
@@ -950,8 +1026,11 @@ pub fn resolve(
         vars = member_variables(&vars, c, net, 1, &dir)?;
     }
     let r = Renderer { vars: &vars };
-    let allocator = allocator_plan(suite, def, ctx)?;
-    let env = node_env(suite, &r, allocator.as_ref(), &ctx.run_id)?;
+    let (allocator, profile) = profile_plan(suite, ctx, &dir, allocator_plan(suite, def, ctx)?)?;
+    let mut env = node_env(suite, &r, allocator.as_ref(), &ctx.run_id)?;
+    if let Ok(Some(p)) = &profile {
+        profiled_env(&mut env, p);
+    }
     let base = Launch {
         argv: r.argv("node.command", &suite.node.command)?,
         env,
@@ -1005,6 +1084,7 @@ pub fn resolve(
         node,
         services: service_plans(suite, def, &r, &dir, ctx, &cgroup_name)?,
         allocator,
+        profile,
         limits: Limits {
             memory: suite.limits.memory.map(|s| s.0),
             high: suite.limits.high.map(|s| s.0),

@@ -592,6 +592,16 @@ fn growth(g: &GrowthCheck, m: &MemorySummary) -> CheckResult {
                 d.push_str("; ");
                 d.push_str(&why);
             }
+            let top = m.profile.as_ref().and_then(|p| p.growing.first());
+            if let (Some(d), Some(top)) = (r.detail.as_mut(), top) {
+                d.push_str(&format!(
+                    "; grown most from {}{}",
+                    top.frames.first().map_or("?", |f| f.as_str()),
+                    top.growth_bytes_per_hour
+                        .map(|g| format!(" ({:+.1} MiB/h)", g / 1048576.0))
+                        .unwrap_or_default()
+                ));
+            }
         }
     }
     r

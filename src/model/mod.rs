@@ -694,6 +694,41 @@ pub struct MemorySummary {
     /// kind's figures and trend, those ever above 0.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kinds: Vec<KindGrowth>,
+    /// The call stacks whose live bytes grew most (`memory.profile`), or
+    /// why there are none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<ProfileSummary>,
+}
+
+/// What a cell's jemalloc profile found.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct ProfileSummary {
+    /// `jemalloc`.
+    pub tool: String,
+    /// The two dumps compared, relative to the cell's folder, and the
+    /// seconds between them.
+    pub base: Option<String>,
+    pub last: Option<String>,
+    pub seconds: f64,
+    /// The stacks whose live bytes grew most, the largest first.
+    pub growing: Vec<GrowingStack>,
+    /// Why there is nothing to show, where there is not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// A call stack whose live bytes grew, symbolized.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct GrowingStack {
+    /// Innermost first, the allocator's own frames left out:
+    /// `remember_session (allocnode.c:62)`.
+    pub frames: Vec<String>,
+    /// Live bytes at the later dump, and their growth since the earlier.
+    pub live_bytes: u64,
+    pub growth_bytes: i64,
+    pub growth_bytes_per_hour: Option<f64>,
 }
 
 /// One kind of resident memory (heap, glibc arenas, thread stacks, ...)

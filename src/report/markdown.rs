@@ -122,6 +122,7 @@ fn cell(w: &mut impl Write, c: &CellResult, chart: Option<&CellChart>) -> io::Re
     what_the_node_said(w, c)?;
     let m = &c.memory;
     series_table(w, m)?;
+    super::attribution::section(w, c)?;
     allocator(w, m)?;
     if let Some(chart) = chart {
         chart_rss(w, &c.id, &chart.rss, m.limit_bytes)?;

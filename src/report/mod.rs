@@ -2,6 +2,7 @@
 //! versioned contract) and `report.md` (GitHub-flavoured, charts as mermaid
 //! `xychart-beta` so they render in a pull request comment).
 
+mod attribution;
 pub mod charts;
 pub mod ci;
 pub mod compare;

@@ -76,6 +76,8 @@ pub(super) struct CellMeasures {
     pub(super) history: Option<crate::history::record::Written>,
     /// What the `linearizable` check found in it.
     pub(super) judged: Option<crate::cell::linearizable::Judged>,
+    /// What the heap profiler found (`memory.profile`).
+    pub(super) profile: Option<crate::model::ProfileSummary>,
 }
 
 fn memory_summary(plan: &CellPlan, m: &CellMeasures) -> MemorySummary {
@@ -119,6 +121,7 @@ fn memory_summary(plan: &CellPlan, m: &CellMeasures) -> MemorySummary {
             last_error: s.last_error.clone(),
         }),
         kinds: kinds(samples, w),
+        profile: m.profile.clone(),
         rss,
         pss,
         anon,

@@ -118,7 +118,7 @@ impl CellResources {
         placement: Option<&Placement>,
         bus: &mut Bus,
     ) -> CellMeasures {
-        let (kept, scrapes) = match self.telemetry.take() {
+        let (kept, scrapes, watched) = match self.telemetry.take() {
             Some(t) => t.stop(bus).await,
             None => Default::default(),
         };
@@ -143,6 +143,7 @@ impl CellResources {
         let services = self.services.lock().await.stop().await;
         let faults = self.faults().record();
         let said = crate::analysis::log::read(&plan.dir.join("node.log"), 8, 4);
+        let profile = profile_summary(plan, watched);
         if let Some(mut d) = self.disk.take() {
             d.unmount();
         }
@@ -165,6 +166,7 @@ impl CellResources {
             services,
             history,
             judged: None,
+            profile,
         }
     }
 }
@@ -291,6 +293,64 @@ fn prepare_cluster(
 struct Telemetry {
     sampler: Sampler,
     scraper: Option<Scraper>,
+    profile: Option<ProfileWatch>,
+}
+
+/// Keeps the heap profiler's dumps bounded while the node runs (two per
+/// process: see [`crate::telemetry::jeprof::prune`]), and notes when each
+/// of the node's processes started, to find the end of its warm-up.
+struct ProfileWatch {
+    dir: std::path::PathBuf,
+    stop: tokio::sync::watch::Sender<bool>,
+    handle: tokio::task::JoinHandle<ProfileStarts>,
+}
+
+/// When each process of the node was first seen, and the last one.
+#[derive(Default)]
+pub(super) struct ProfileStarts {
+    started: std::collections::HashMap<i32, std::time::SystemTime>,
+    last: Option<i32>,
+}
+
+impl ProfileWatch {
+    fn start(dir: &std::path::Path, target: &Target, warmup_s: f64) -> std::io::Result<ProfileWatch> {
+        std::fs::create_dir_all(dir)?;
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let (pid, folder) = (target.pid.clone(), dir.to_path_buf());
+        let warmup = std::time::Duration::from_secs_f64(warmup_s.max(0.0));
+        let handle = tokio::spawn(async move {
+            let mut seen = ProfileStarts::default();
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = stopped.changed() => break,
+                    _ = tick.tick() => {
+                        let p = pid.load(std::sync::atomic::Ordering::Relaxed);
+                        if p > 0 {
+                            seen.started.entry(p).or_insert_with(std::time::SystemTime::now);
+                            seen.last = Some(p);
+                        }
+                        let (folder, started) = (folder.clone(), seen.started.clone());
+                        let _ = tokio::task::spawn_blocking(move || {
+                            crate::telemetry::jeprof::prune(&folder, &started, warmup)
+                        })
+                        .await;
+                    }
+                }
+            }
+            seen
+        });
+        Ok(ProfileWatch {
+            dir: dir.to_path_buf(),
+            stop,
+            handle,
+        })
+    }
+
+    async fn stop(self) -> (std::path::PathBuf, ProfileStarts) {
+        let _ = self.stop.send(true);
+        (self.dir, self.handle.await.unwrap_or_default())
+    }
 }
 
 impl Telemetry {
@@ -319,11 +379,26 @@ impl Telemetry {
             ),
             None => None,
         };
-        Ok(Telemetry { sampler, scraper })
+        let profile = match &plan.profile {
+            Ok(Some(p)) => Some(
+                ProfileWatch::start(&p.dir, target, plan.warmup_s)
+                    .map_err(RunError::io(p.dir.display().to_string()))?,
+            ),
+            _ => None,
+        };
+        Ok(Telemetry {
+            sampler,
+            scraper,
+            profile,
+        })
     }
 
-    async fn stop(self, bus: &mut Bus) -> (crate::telemetry::Kept, Option<ScrapeStats>) {
+    async fn stop(self, bus: &mut Bus) -> Stopped {
         let samples = self.sampler.stop().await;
+        let profile = match self.profile {
+            Some(p) => Some(p.stop().await),
+            None => None,
+        };
         let scrapes = match self.scraper {
             Some(s) => Some(s.stop().await),
             None => None,
@@ -347,7 +422,36 @@ impl Telemetry {
                 ),
             );
         }
-        (samples, scrapes)
+        (samples, scrapes, profile)
+    }
+}
+
+/// What telemetry handed over when it stopped.
+type Stopped = (
+    crate::telemetry::Kept,
+    Option<ScrapeStats>,
+    Option<(std::path::PathBuf, ProfileStarts)>,
+);
+
+/// What the heap profiler found, read once the node is down (its last
+/// dump is written as it exits), or why the cell has no profile.
+fn profile_summary(
+    plan: &CellPlan,
+    watched: Option<(std::path::PathBuf, ProfileStarts)>,
+) -> Option<crate::model::ProfileSummary> {
+    use crate::telemetry::jeprof;
+    let warmup = std::time::Duration::from_secs_f64(plan.warmup_s.max(0.0));
+    match (&plan.profile, watched) {
+        (Err(why), _) => Some(crate::model::ProfileSummary {
+            tool: "jemalloc".into(),
+            note: Some(why.clone()),
+            ..Default::default()
+        }),
+        (Ok(Some(_)), Some((dir, seen))) => {
+            jeprof::prune(&dir, &seen.started, warmup);
+            Some(jeprof::summarize(&dir, &plan.dir, seen.last, &seen.started, warmup))
+        }
+        _ => None,
     }
 }
 

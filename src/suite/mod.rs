@@ -69,6 +69,10 @@ pub struct Suite {
     pub checks: Checks,
     #[serde(default)]
     pub telemetry: Telemetry,
+    /// Where the node's memory went: call sites from an allocator's
+    /// profiler.
+    #[serde(default)]
+    pub memory: MemorySpec,
     /// Each cell runs this many times (`--repeat` overrides): the report
     /// gives the median and spread of its figures, and says which
     /// differences between cells are within that spread.
@@ -90,6 +94,28 @@ pub struct Version {
     pub image: Option<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+}
+
+/// Where the node's memory went, beyond the kinds of mappings soak reads
+/// from every node without asking.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySpec {
+    /// `jemalloc`: preload Debian's jemalloc with its heap profiler on
+    /// (cells whose allocator is jemalloc, or that name none), and list
+    /// the call stacks whose live bytes grew most after warm-up.
+    pub profile: Option<MemoryProfile>,
+    /// The profiler dumps every time the node has allocated this much
+    /// (rounded down to a power of two, at least 1MiB; default 256MiB):
+    /// lower for a node that allocates little.
+    pub dump_every: Option<values::Size>,
+}
+
+/// A heap profiler soak runs the node under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryProfile {
+    Jemalloc,
 }
 
 /// How soak watches the node.

@@ -2,6 +2,7 @@
 //! cell's `samples.csv.gz` as each sample is taken (see [`crate::gzcsv`]),
 //! so a run that dies keeps what it saw.
 
+pub mod jeprof;
 pub mod maps;
 pub mod prometheus;
 

@@ -59,3 +59,50 @@ fn a_leak_on_one_thread_is_named_as_the_heap_not_the_arenas() {
     assert!((3.0..4.5).contains(&mib_s), "{heap:?}");
     assert!(run.cell().memory.kinds.iter().all(|k| k.kind != "arenas"));
 }
+
+#[test]
+fn jemallocs_profile_names_the_leaking_function_first() {
+    require_tool("cc", "gcc");
+    common::require_file("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "libjemalloc2");
+    require_tool("addr2line", "binutils");
+    let run = soak_run("tests/suites/profile-leak.yaml", &[]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let p = run.cell().memory.profile.as_ref().expect("a profile");
+    let top = p.growing.first().unwrap_or_else(|| panic!("{p:?}"));
+    assert!(top.frames[0].starts_with("remember_session "), "{p:?}");
+    // 2 MB/s kept: the top stack's rate is that, give or take sampling.
+    let mb_s = top.growth_bytes_per_hour.unwrap() / 3600.0 / 1e6;
+    assert!((1.2..3.5).contains(&mb_s), "{mb_s} MB/s: {p:?}");
+    // Nothing the node freed again is among the growing stacks.
+    assert!(
+        p.growing.iter().all(|g| !g.frames[0].starts_with("parse_request")),
+        "{p:?}"
+    );
+    let growth = run.check("memory_growth (rss)");
+    let detail = growth.detail.as_deref().unwrap_or_default();
+    assert!(detail.contains("grown most from remember_session"), "{detail}");
+    // The two dumps compared stay in the cell, the others were removed.
+    let dumps = run.file(p.last.as_deref().unwrap());
+    assert!(dumps.starts_with("heap_v2/"), "{}", &dumps[..40.min(dumps.len())]);
+    let report = std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+    assert!(report.contains("### Where the memory went"), "{report}");
+    assert!(report.contains("`remember_session (allocnode.c:"), "{report}");
+}
+
+#[test]
+fn a_profile_of_a_cell_on_glibc_says_why_there_is_none() {
+    require_tool("cc", "gcc");
+    let dir = tempfile::tempdir().unwrap();
+    let suite = std::fs::read_to_string(suite("tests/suites/profile-leak.yaml"))
+        .unwrap()
+        .replace("${SUITE_DIR}", suite("tests/suites").to_str().unwrap())
+        .replace("  ready:", "  allocator: glibc\n  ready:")
+        .replace("wait: 15s", "wait: 4s");
+    let file = dir.path().join("glibc-profile.yaml");
+    std::fs::write(&file, suite).unwrap();
+    let run = soak_run(file.to_str().unwrap(), &[]);
+    let p = run.cell().memory.profile.as_ref().expect("a profile note");
+    assert!(p.growing.is_empty());
+    let note = p.note.as_deref().unwrap_or_default();
+    assert!(note.contains("needs jemalloc, and this cell runs glibc"), "{note}");
+}

@@ -1,0 +1,106 @@
+//! "Where the memory went": a cell's resident memory by kind of mapping
+//! (which kind carried the growth), and the call stacks whose live bytes
+//! grew most, where a heap profile was taken.
+
+use std::io::{self, Write};
+
+use super::text::{mib_per_h, table_text};
+use super::CellResult;
+use crate::units::Bytes;
+
+/// The section, when there is anything to say.
+pub fn section(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
+    let m = &c.memory;
+    if m.kinds.is_empty() && m.profile.is_none() {
+        return Ok(());
+    }
+    writeln!(w, "### Where the memory went\n")?;
+    if !m.kinds.is_empty() {
+        kinds(w, c)?;
+    }
+    if let Some(p) = &m.profile {
+        // The dumps are named from the cell's folder; links from the run's.
+        let folder = c
+            .files
+            .get("samples.csv.gz")
+            .and_then(|f| std::path::Path::new(f).parent())
+            .map(|d| format!("{}/", d.display()))
+            .unwrap_or_default();
+        profile(w, p, &folder)?;
+    }
+    Ok(())
+}
+
+fn kinds(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
+    let m = &c.memory;
+    let growing = m.growing_kind().map(|k| k.kind.as_str());
+    writeln!(
+        w,
+        "Resident memory by kind of mapping (`/proc/PID/smaps`), after warm-up and at the end:\n"
+    )?;
+    writeln!(w, "| kind | after warm-up | at the end | peak | growth |")?;
+    writeln!(w, "|---|---:|---:|---:|---:|")?;
+    for k in &m.kinds {
+        let name = match (k.count_first, k.count_last) {
+            (Some(a), Some(b)) => format!("{} ({a} → {b})", k.label),
+            _ => k.label.clone(),
+        };
+        let name = if growing == Some(k.kind.as_str()) {
+            format!("**{name}**")
+        } else {
+            name
+        };
+        writeln!(
+            w,
+            "| {name} | {} | {} | {} | {} |",
+            Bytes(k.first_bytes),
+            Bytes(k.last_bytes),
+            Bytes(k.peak_bytes),
+            mib_per_h(k.slope_bytes_per_hour)
+        )?;
+    }
+    writeln!(w)?;
+    match m.rss.slope_per_hour.and_then(|s| m.attribution(s)) {
+        Some(why) => writeln!(
+            w,
+            "RSS grew {}, {why}.\n",
+            mib_per_h(m.rss.slope_per_hour)
+        ),
+        None => Ok(()),
+    }
+}
+
+fn profile(w: &mut impl Write, p: &crate::model::ProfileSummary, folder: &str) -> io::Result<()> {
+    if p.growing.is_empty() {
+        return writeln!(
+            w,
+            "**Call sites** ({}'s heap profile): {}.\n",
+            p.tool,
+            p.note.as_deref().unwrap_or("no call stack grew between the two dumps")
+        );
+    }
+    writeln!(
+        w,
+        "**Call sites** whose live bytes grew most ({}'s heap profile, [{}]({folder}{}) to [{}]({folder}{}), {:.0} s apart; innermost frame first):\n",
+        p.tool,
+        p.base.as_deref().unwrap_or(""),
+        p.base.as_deref().unwrap_or(""),
+        p.last.as_deref().unwrap_or(""),
+        p.last.as_deref().unwrap_or(""),
+        p.seconds
+    )?;
+    writeln!(w, "| growth | rate | live at the end | stack |")?;
+    writeln!(w, "|---:|---:|---:|---|")?;
+    for g in &p.growing {
+        let stack: Vec<String> = g.frames.iter().take(5).map(|f| format!("`{}`", table_text(f))).collect();
+        writeln!(
+            w,
+            "| {} | {} | {} | {} |",
+            Bytes(g.growth_bytes.max(0) as u64),
+            mib_per_h(g.growth_bytes_per_hour),
+            Bytes(g.live_bytes),
+            stack.join(" ← ")
+        )?;
+    }
+    writeln!(w)
+}
