@@ -116,6 +116,8 @@ pub struct CellPlan {
     /// The heap profiler, or why this cell runs without the one the suite
     /// asks for.
     pub profile: Profiling,
+    /// How often the JVM's Native Memory Tracking is read (`memory.jvm`).
+    pub jvm_every: Option<Duration>,
     pub load: Option<LoadConfig>,
     /// The node's Prometheus endpoint, where it has one.
     pub scrape: Option<String>,
@@ -1031,6 +1033,9 @@ pub fn resolve(
     if let Ok(Some(p)) = &profile {
         profiled_env(&mut env, p);
     }
+    if suite.memory.jvm.is_some() {
+        crate::telemetry::nmt::with_flag(&mut env);
+    }
     let base = Launch {
         argv: r.argv("node.command", &suite.node.command)?,
         env,
@@ -1085,6 +1090,13 @@ pub fn resolve(
         services: service_plans(suite, def, &r, &dir, ctx, &cgroup_name)?,
         allocator,
         profile,
+        jvm_every: suite.memory.jvm.map(|_| {
+            suite
+                .memory
+                .jvm_every
+                .map_or(Duration::from_secs(10), |d| d.0)
+                .max(Duration::from_millis(200))
+        }),
         limits: Limits {
             memory: suite.limits.memory.map(|s| s.0),
             high: suite.limits.high.map(|s| s.0),

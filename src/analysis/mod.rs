@@ -2,6 +2,7 @@
 //! restarts, peaks, steady states, time to the limit.
 
 pub mod changes;
+pub mod kinds;
 pub mod log;
 pub mod stats;
 pub mod trend;

@@ -592,6 +592,10 @@ fn growth(g: &GrowthCheck, m: &MemorySummary) -> CheckResult {
                 d.push_str("; ");
                 d.push_str(&why);
             }
+            if let (Some(d), Some(why)) = (r.detail.as_mut(), m.jvm_attribution()) {
+                d.push_str("; ");
+                d.push_str(&why);
+            }
             let top = m.profile.as_ref().and_then(|p| p.growing.first());
             if let (Some(d), Some(top)) = (r.detail.as_mut(), top) {
                 d.push_str(&format!(

@@ -698,6 +698,22 @@ pub struct MemorySummary {
     /// why there are none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<ProfileSummary>,
+    /// The JVM's own account (`memory.jvm: nmt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jvm: Option<JvmAccountSummary>,
+}
+
+/// A JVM's Native Memory Tracking over a cell: each category (`nmt:Other`,
+/// labelled `JVM Other`), the committed total (`nmt:total`) and RSS beyond
+/// it (`nmt:outside`), each with its trend.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct JvmAccountSummary {
+    pub readings: usize,
+    pub categories: Vec<KindGrowth>,
+    /// Why there is nothing to show, where there is not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// What a cell's jemalloc profile found.
@@ -761,7 +777,8 @@ impl MemorySummary {
         self.kinds
             .iter()
             .filter(|k| {
-                k.p_growth.is_some_and(|p| p < crate::analysis::GROWTH_ALPHA)
+                k.p_growth
+                    .is_some_and(|p| p < crate::analysis::GROWTH_ALPHA)
                     && k.slope_bytes_per_hour.is_some_and(|s| s > 0.0)
             })
             .max_by(|a, b| {
@@ -769,6 +786,32 @@ impl MemorySummary {
                     .partial_cmp(&b.slope_bytes_per_hour)
                     .unwrap_or(std::cmp::Ordering::Equal)
             })
+    }
+
+    /// "in the JVM's account, JVM Other +14.2 MiB/h": the category of a
+    /// JVM's Native Memory Tracking (or RSS outside it) that grew most.
+    pub fn jvm_attribution(&self) -> Option<String> {
+        let k = self
+            .jvm
+            .as_ref()?
+            .categories
+            .iter()
+            .filter(|k| k.kind != "nmt:total")
+            .filter(|k| {
+                k.p_growth
+                    .is_some_and(|p| p < crate::analysis::GROWTH_ALPHA)
+                    && k.slope_bytes_per_hour.is_some_and(|s| s > 0.0)
+            })
+            .max_by(|a, b| {
+                a.slope_bytes_per_hour
+                    .partial_cmp(&b.slope_bytes_per_hour)
+                    .unwrap_or(std::cmp::Ordering::Equal)
+            })?;
+        Some(format!(
+            "in the JVM's account, {} {:+.1} MiB/h",
+            k.label,
+            k.slope_bytes_per_hour? / 1048576.0
+        ))
     }
 
     /// "of which glibc arenas +110.0 MiB/h (8 arenas to 24)": the kind that

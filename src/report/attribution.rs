@@ -11,12 +11,15 @@ use crate::units::Bytes;
 /// The section, when there is anything to say.
 pub fn section(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
     let m = &c.memory;
-    if m.kinds.is_empty() && m.profile.is_none() {
+    if m.kinds.is_empty() && m.profile.is_none() && m.jvm.is_none() {
         return Ok(());
     }
     writeln!(w, "### Where the memory went\n")?;
     if !m.kinds.is_empty() {
         kinds(w, c)?;
+    }
+    if let Some(j) = &m.jvm {
+        jvm(w, j)?;
     }
     if let Some(p) = &m.profile {
         // The dumps are named from the cell's folder; links from the run's.
@@ -61,11 +64,7 @@ fn kinds(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
     }
     writeln!(w)?;
     match m.rss.slope_per_hour.and_then(|s| m.attribution(s)) {
-        Some(why) => writeln!(
-            w,
-            "RSS grew {}, {why}.\n",
-            mib_per_h(m.rss.slope_per_hour)
-        ),
+        Some(why) => writeln!(w, "RSS grew {}, {why}.\n", mib_per_h(m.rss.slope_per_hour)),
         None => Ok(()),
     }
 }
@@ -76,7 +75,9 @@ fn profile(w: &mut impl Write, p: &crate::model::ProfileSummary, folder: &str) -
             w,
             "**Call sites** ({}'s heap profile): {}.\n",
             p.tool,
-            p.note.as_deref().unwrap_or("no call stack grew between the two dumps")
+            p.note
+                .as_deref()
+                .unwrap_or("no call stack grew between the two dumps")
         );
     }
     writeln!(
@@ -92,7 +93,12 @@ fn profile(w: &mut impl Write, p: &crate::model::ProfileSummary, folder: &str) -
     writeln!(w, "| growth | rate | live at the end | stack |")?;
     writeln!(w, "|---:|---:|---:|---|")?;
     for g in &p.growing {
-        let stack: Vec<String> = g.frames.iter().take(5).map(|f| format!("`{}`", table_text(f))).collect();
+        let stack: Vec<String> = g
+            .frames
+            .iter()
+            .take(5)
+            .map(|f| format!("`{}`", table_text(f)))
+            .collect();
         writeln!(
             w,
             "| {} | {} | {} | {} |",
@@ -100,6 +106,51 @@ fn profile(w: &mut impl Write, p: &crate::model::ProfileSummary, folder: &str) -
             mib_per_h(g.growth_bytes_per_hour),
             Bytes(g.live_bytes),
             stack.join(" ← ")
+        )?;
+    }
+    writeln!(w)
+}
+
+/// The JVM's account: its categories that held at least 1 MiB, or grew.
+fn jvm(w: &mut impl Write, j: &crate::model::JvmAccountSummary) -> io::Result<()> {
+    if let Some(note) = &j.note {
+        return writeln!(
+            w,
+            "**The JVM's account** (Native Memory Tracking): {note}.\n"
+        );
+    }
+    writeln!(
+        w,
+        "**The JVM's account** (Native Memory Tracking, committed bytes, {} readings):\n",
+        j.readings
+    )?;
+    writeln!(
+        w,
+        "| category | after warm-up | at the end | peak | growth |"
+    )?;
+    writeln!(w, "|---|---:|---:|---:|---:|")?;
+    let grew = |k: &crate::model::KindGrowth| {
+        k.p_growth
+            .is_some_and(|p| p < crate::analysis::GROWTH_ALPHA)
+            && k.slope_bytes_per_hour.is_some_and(|s| s > 0.0)
+    };
+    for k in j
+        .categories
+        .iter()
+        .filter(|k| k.peak_bytes >= 1 << 20 || grew(k) || k.kind.starts_with("nmt:outside"))
+    {
+        let label = if grew(k) && k.kind != "nmt:total" {
+            format!("**{}**", k.label)
+        } else {
+            k.label.clone()
+        };
+        writeln!(
+            w,
+            "| {label} | {} | {} | {} | {} |",
+            Bytes(k.first_bytes),
+            Bytes(k.last_bytes),
+            Bytes(k.peak_bytes),
+            mib_per_h(k.slope_bytes_per_hour)
         )?;
     }
     writeln!(w)

@@ -78,6 +78,9 @@ pub(super) struct CellMeasures {
     pub(super) judged: Option<crate::cell::linearizable::Judged>,
     /// What the heap profiler found (`memory.profile`).
     pub(super) profile: Option<crate::model::ProfileSummary>,
+    /// The JVM's Native Memory Tracking readings (`memory.jvm`), and the
+    /// last error of one that failed.
+    pub(super) jvm: Option<(Vec<crate::telemetry::nmt::Reading>, Option<String>)>,
 }
 
 fn memory_summary(plan: &CellPlan, m: &CellMeasures) -> MemorySummary {
@@ -120,7 +123,11 @@ fn memory_summary(plan: &CellPlan, m: &CellMeasures) -> MemorySummary {
             series: s.last.len(),
             last_error: s.last_error.clone(),
         }),
-        kinds: kinds(samples, w),
+        kinds: analysis::kinds::of_mappings(samples, w),
+        jvm: m
+            .jvm
+            .as_ref()
+            .map(|(r, e)| analysis::kinds::jvm_account(r, e.clone(), w)),
         profile: m.profile.clone(),
         rss,
         pss,
@@ -128,44 +135,6 @@ fn memory_summary(plan: &CellPlan, m: &CellMeasures) -> MemorySummary {
         cgroup,
         disk,
     }
-}
-
-/// Each kind of mapping's figures and trend, from the samples where
-/// `smaps` was read (not those that carried a reading).
-fn kinds(samples: &[crate::telemetry::Sample], w: f64) -> Vec<crate::model::KindGrowth> {
-    use crate::telemetry::maps::KINDS;
-    let read: Vec<crate::telemetry::Sample> =
-        samples.iter().filter(|s| !s.pss_carried).copied().collect();
-    let ends = |value: fn(&crate::telemetry::maps::Kinds) -> u64| {
-        let segs = analysis::segments(&read, |s| value(&s.maps), w);
-        let first = segs.first().and_then(|s| s.first()).map(|p| p.1 as u64);
-        let last = segs.last().and_then(|s| s.last()).map(|p| p.1 as u64);
-        (first, last)
-    };
-    KINDS
-        .iter()
-        .map(|(kind, label, value)| {
-            let a = analysis::analyse(&read, |s| value(&s.maps), w, None);
-            let (first, last) = ends(*value);
-            let (count_first, count_last) = if *kind == "arenas" {
-                ends(|k| k.arena_count)
-            } else {
-                (None, None)
-            };
-            crate::model::KindGrowth {
-                kind: kind.to_string(),
-                label: label.to_string(),
-                peak_bytes: a.peak,
-                first_bytes: first.unwrap_or(0),
-                last_bytes: last.unwrap_or(0),
-                slope_bytes_per_hour: a.slope_per_hour,
-                p_growth: a.p_growth,
-                count_first,
-                count_last,
-            }
-        })
-        .filter(|k| k.peak_bytes > 0)
-        .collect()
 }
 
 /// Whether a cell showed what its `expect:` said, from its checks' results.

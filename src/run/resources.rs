@@ -118,9 +118,14 @@ impl CellResources {
         placement: Option<&Placement>,
         bus: &mut Bus,
     ) -> CellMeasures {
-        let (kept, scrapes, watched) = match self.telemetry.take() {
+        let Stopped {
+            kept,
+            scrapes,
+            profile: watched,
+            jvm,
+        } = match self.telemetry.take() {
             Some(t) => t.stop(bus).await,
-            None => Default::default(),
+            None => Stopped::default(),
         };
         let samples_taken = kept.taken();
         let samples = kept.into_samples();
@@ -167,6 +172,7 @@ impl CellResources {
             history,
             judged: None,
             profile,
+            jvm,
         }
     }
 }
@@ -294,6 +300,7 @@ struct Telemetry {
     sampler: Sampler,
     scraper: Option<Scraper>,
     profile: Option<ProfileWatch>,
+    jvm: Option<crate::telemetry::nmt::Watch>,
 }
 
 /// Keeps the heap profiler's dumps bounded while the node runs (two per
@@ -313,7 +320,11 @@ pub(super) struct ProfileStarts {
 }
 
 impl ProfileWatch {
-    fn start(dir: &std::path::Path, target: &Target, warmup_s: f64) -> std::io::Result<ProfileWatch> {
+    fn start(
+        dir: &std::path::Path,
+        target: &Target,
+        warmup_s: f64,
+    ) -> std::io::Result<ProfileWatch> {
         std::fs::create_dir_all(dir)?;
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let (pid, folder) = (target.pid.clone(), dir.to_path_buf());
@@ -386,10 +397,23 @@ impl Telemetry {
             ),
             _ => None,
         };
+        let jvm = match plan.jvm_every {
+            Some(every) => Some(
+                crate::telemetry::nmt::Watch::start(
+                    target.clone(),
+                    every,
+                    plan.dir.join("nmt.csv.gz"),
+                    origin,
+                )
+                .map_err(RunError::io("nmt file"))?,
+            ),
+            None => None,
+        };
         Ok(Telemetry {
             sampler,
             scraper,
             profile,
+            jvm,
         })
     }
 
@@ -397,6 +421,10 @@ impl Telemetry {
         let samples = self.sampler.stop().await;
         let profile = match self.profile {
             Some(p) => Some(p.stop().await),
+            None => None,
+        };
+        let jvm = match self.jvm {
+            Some(j) => Some(j.stop().await),
             None => None,
         };
         let scrapes = match self.scraper {
@@ -422,16 +450,23 @@ impl Telemetry {
                 ),
             );
         }
-        (samples, scrapes, profile)
+        Stopped {
+            kept: samples,
+            scrapes,
+            profile,
+            jvm,
+        }
     }
 }
 
 /// What telemetry handed over when it stopped.
-type Stopped = (
-    crate::telemetry::Kept,
-    Option<ScrapeStats>,
-    Option<(std::path::PathBuf, ProfileStarts)>,
-);
+#[derive(Default)]
+struct Stopped {
+    kept: crate::telemetry::Kept,
+    scrapes: Option<ScrapeStats>,
+    profile: Option<(std::path::PathBuf, ProfileStarts)>,
+    jvm: Option<(Vec<crate::telemetry::nmt::Reading>, Option<String>)>,
+}
 
 /// What the heap profiler found, read once the node is down (its last
 /// dump is written as it exits), or why the cell has no profile.
@@ -449,7 +484,13 @@ fn profile_summary(
         }),
         (Ok(Some(_)), Some((dir, seen))) => {
             jeprof::prune(&dir, &seen.started, warmup);
-            Some(jeprof::summarize(&dir, &plan.dir, seen.last, &seen.started, warmup))
+            Some(jeprof::summarize(
+                &dir,
+                &plan.dir,
+                seen.last,
+                &seen.started,
+                warmup,
+            ))
         }
         _ => None,
     }

@@ -109,6 +109,20 @@ pub struct MemorySpec {
     /// (rounded down to a power of two, at least 1MiB; default 256MiB):
     /// lower for a node that allocates little.
     pub dump_every: Option<values::Size>,
+    /// `nmt`: turn on the JVM's Native Memory Tracking (added to the
+    /// node's `JAVA_TOOL_OPTIONS`) and read its categories as series
+    /// beside RSS; the gap between RSS and what it accounts for is native
+    /// memory outside the JVM.
+    pub jvm: Option<JvmAccount>,
+    /// How often the JVM's account is read (default 10s).
+    pub jvm_every: Option<Dur>,
+}
+
+/// The JVM's own account of its memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum JvmAccount {
+    Nmt,
 }
 
 /// A heap profiler soak runs the node under.

@@ -261,11 +261,29 @@ pub fn symbolize(maps: &[Object], stacks: &[Vec<u64>]) -> Vec<Vec<String>> {
 /// `operator new`, containers' growth): left out at the top of a stack so
 /// that it starts at the code that wanted the memory.
 const PLUMBING: &[&str] = &[
-    "malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc", "__libc_",
-    "operator new", "__rust_alloc", "__rust_realloc", "__rdl_", "__rg_", "alloc::",
-    "<alloc::", "std::allocator", "__gnu_cxx::new_allocator", "std::__new_allocator",
-    "hashbrown::raw::", "<hashbrown::", "core::ptr::", "std::vector<", "std::_Vector_base",
-    "os::malloc", "AllocateHeap",
+    "malloc",
+    "calloc",
+    "realloc",
+    "posix_memalign",
+    "aligned_alloc",
+    "__libc_",
+    "operator new",
+    "__rust_alloc",
+    "__rust_realloc",
+    "__rdl_",
+    "__rg_",
+    "alloc::",
+    "<alloc::",
+    "std::allocator",
+    "__gnu_cxx::new_allocator",
+    "std::__new_allocator",
+    "hashbrown::raw::",
+    "<hashbrown::",
+    "core::ptr::",
+    "std::vector<",
+    "std::_Vector_base",
+    "os::malloc",
+    "AllocateHeap",
 ];
 
 /// `frames` without the allocation plumbing at their top (all of them
@@ -347,16 +365,13 @@ pub fn summarize(
         return s;
     };
     let mine: Vec<&Dump> = all.iter().filter(|d| d.pid == pid).collect();
-    let warm = started.get(&pid).map_or(SystemTime::UNIX_EPOCH, |t| *t + warmup);
+    let warm = started
+        .get(&pid)
+        .map_or(SystemTime::UNIX_EPOCH, |t| *t + warmup);
     let Some((base, last)) = pair(&mine, warm) else {
         return s;
     };
-    let rel = |p: &Path| {
-        p.strip_prefix(cell_dir)
-            .unwrap_or(p)
-            .display()
-            .to_string()
-    };
+    let rel = |p: &Path| p.strip_prefix(cell_dir).unwrap_or(p).display().to_string();
     s.base = Some(rel(&base.path));
     s.last = Some(rel(&last.path));
     s.seconds = last
@@ -365,7 +380,10 @@ pub fn summarize(
         .unwrap_or_default()
         .as_secs_f64();
     if base.path == last.path {
-        s.note = Some("one dump only: the node allocated too little to dump twice (lower memory.dump_every)".into());
+        s.note = Some(
+            "one dump only: the node allocated too little to dump twice (lower memory.dump_every)"
+                .into(),
+        );
         return s;
     }
     let read = |d: &Dump| {
@@ -424,7 +442,9 @@ MAPPED_LIBRARIES:
         assert_eq!(h.stacks[&vec![0x1010, 0x2030]], (1, 1048576));
         assert_eq!(h.maps.len(), 2);
         assert_eq!(locate(&h.maps, 0x7f0000000010).unwrap().1, 0x10010);
-        assert!(parse("heap_v1\n").unwrap_err().contains("not a jemalloc heap_v2"));
+        assert!(parse("heap_v1\n")
+            .unwrap_err()
+            .contains("not a jemalloc heap_v2"));
     }
 
     #[test]
@@ -451,7 +471,12 @@ MAPPED_LIBRARIES:
     #[test]
     fn allocation_plumbing_is_left_off_the_top() {
         let f = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let got = without_plumbing(f(&["__rust_alloc", "alloc::raw_vec::grow", "node::cache::insert", "main"]));
+        let got = without_plumbing(f(&[
+            "__rust_alloc",
+            "alloc::raw_vec::grow",
+            "node::cache::insert",
+            "main",
+        ]));
         assert_eq!(got, f(&["node::cache::insert", "main"]));
         assert_eq!(without_plumbing(f(&["malloc"])), f(&["malloc"]));
     }

@@ -196,7 +196,11 @@ pub fn classify(text: &str) -> Kinds {
 /// index after the group.
 fn arena(maps: &[Mapping], i: usize) -> Option<(u64, usize)> {
     let m = &maps[i];
-    if !m.anon() || m.shared() || !m.perms.starts_with("rw") || !m.start.is_multiple_of(ARENA_REGION) {
+    if !m.anon()
+        || m.shared()
+        || !m.perms.starts_with("rw")
+        || !m.start.is_multiple_of(ARENA_REGION)
+    {
         return None;
     }
     let mut end = m.end;
@@ -251,15 +255,39 @@ mod tests {
             map(a, a + (5 << 20), "rw-p", "", 5000),
             map(a + (5 << 20), a + ARENA_REGION, "---p", "", 0),
             // A second, full arena merged with a third's start.
-            map(a + ARENA_REGION, a + 3 * ARENA_REGION - (1 << 20), "rw-p", "", 70000),
-            map(a + 3 * ARENA_REGION - (1 << 20), a + 3 * ARENA_REGION, "---p", "", 0),
+            map(
+                a + ARENA_REGION,
+                a + 3 * ARENA_REGION - (1 << 20),
+                "rw-p",
+                "",
+                70000,
+            ),
+            map(
+                a + 3 * ARENA_REGION - (1 << 20),
+                a + 3 * ARENA_REGION,
+                "---p",
+                "",
+                0,
+            ),
             // A thread's stack under its 4 KiB guard.
             map(0x7f10_0000_0000, 0x7f10_0000_1000, "---p", "", 0),
             map(0x7f10_0000_1000, 0x7f10_0080_1000, "rw-p", "", 24),
             // A large malloc of its own.
             map(0x7f20_0010_0000, 0x7f20_0410_0000, "rw-p", "", 65536),
-            map(0x7f30_0000_0000, 0x7f30_0100_0000, "rw-s", "/dev/shm/seg", 100),
-            map(0x7f40_0000_0000, 0x7f40_0001_0000, "r--p", "/data/000001.sst", 64),
+            map(
+                0x7f30_0000_0000,
+                0x7f30_0100_0000,
+                "rw-s",
+                "/dev/shm/seg",
+                100,
+            ),
+            map(
+                0x7f40_0000_0000,
+                0x7f40_0001_0000,
+                "r--p",
+                "/data/000001.sst",
+                64,
+            ),
             map(0x7ffc_0000_0000, 0x7ffc_0002_1000, "rw-p", "[stack]", 132),
         ]
         .concat();
@@ -270,7 +298,10 @@ mod tests {
         assert_eq!(k.other_anon, 65536 * 1024);
         assert_eq!(k.shared, 100 * 1024);
         assert_eq!(k.file, (40 + 64) * 1024);
-        assert_eq!(k.pss, (40 + 3000 + 75000 + 24 + 65536 + 100 + 64 + 132) * 1024);
+        assert_eq!(
+            k.pss,
+            (40 + 3000 + 75000 + 24 + 65536 + 100 + 64 + 132) * 1024
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod jeprof;
 pub mod maps;
+pub mod nmt;
 pub mod prometheus;
 
 use std::collections::BTreeMap;
@@ -484,7 +485,8 @@ impl Sampler {
             let mut sampler_cpu_s = 0.0;
             // The last PSS read, of which incarnation, and when the next is
             // due (at once for a new incarnation).
-            let (mut kinds, mut pss_of, mut pss_due) = (maps::Kinds::default(), None, std::time::Instant::now());
+            let (mut kinds, mut pss_of, mut pss_due) =
+                (maps::Kinds::default(), None, std::time::Instant::now());
             loop {
                 tokio::select! {
                     _ = stopped.changed() => break,

@@ -29,7 +29,10 @@ fn growth_from_new_threads_under_glibc_is_named_as_its_arenas() {
     let arenas = kind(&run, "arenas");
     let (first, last) = (arenas.count_first.unwrap(), arenas.count_last.unwrap());
     assert!(first < last && (10..=12).contains(&last), "{arenas:?}");
-    assert!(detail.contains(&format!("{first} arenas to {last}")), "{detail}");
+    assert!(
+        detail.contains(&format!("{first} arenas to {last}")),
+        "{detail}"
+    );
     // The main heap did not carry it.
     let heap = kind(&run, "heap");
     assert!(heap.last_bytes < 4 << 20, "{heap:?}");
@@ -75,18 +78,31 @@ fn jemallocs_profile_names_the_leaking_function_first() {
     assert!((1.2..3.5).contains(&mb_s), "{mb_s} MB/s: {p:?}");
     // Nothing the node freed again is among the growing stacks.
     assert!(
-        p.growing.iter().all(|g| !g.frames[0].starts_with("parse_request")),
+        p.growing
+            .iter()
+            .all(|g| !g.frames[0].starts_with("parse_request")),
         "{p:?}"
     );
     let growth = run.check("memory_growth (rss)");
     let detail = growth.detail.as_deref().unwrap_or_default();
-    assert!(detail.contains("grown most from remember_session"), "{detail}");
+    assert!(
+        detail.contains("grown most from remember_session"),
+        "{detail}"
+    );
     // The two dumps compared stay in the cell, the others were removed.
     let dumps = run.file(p.last.as_deref().unwrap());
-    assert!(dumps.starts_with("heap_v2/"), "{}", &dumps[..40.min(dumps.len())]);
-    let report = std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+    assert!(
+        dumps.starts_with("heap_v2/"),
+        "{}",
+        &dumps[..40.min(dumps.len())]
+    );
+    let report =
+        std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
     assert!(report.contains("### Where the memory went"), "{report}");
-    assert!(report.contains("`remember_session (allocnode.c:"), "{report}");
+    assert!(
+        report.contains("`remember_session (allocnode.c:"),
+        "{report}"
+    );
 }
 
 #[test]
@@ -104,5 +120,48 @@ fn a_profile_of_a_cell_on_glibc_says_why_there_is_none() {
     let p = run.cell().memory.profile.as_ref().expect("a profile note");
     assert!(p.growing.is_empty());
     let note = p.note.as_deref().unwrap_or_default();
-    assert!(note.contains("needs jemalloc, and this cell runs glibc"), "{note}");
+    assert!(
+        note.contains("needs jemalloc, and this cell runs glibc"),
+        "{note}"
+    );
+}
+
+#[test]
+fn a_jvms_direct_buffers_are_named_from_its_native_memory_tracking() {
+    require_tool("java", "openjdk-17-jdk-headless");
+    let run = soak_run("tests/suites/jvm-direct-leak.yaml", &[]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let j = run.cell().memory.jvm.as_ref().expect("the JVM's account");
+    assert!(j.readings >= 8, "{j:?}");
+    let cat = |name: &str| {
+        j.categories
+            .iter()
+            .find(|k| k.kind == name)
+            .unwrap_or_else(|| panic!("no {name}: {j:?}"))
+    };
+    // 4 MiB/s of direct buffers, under NMT's "Other"; the heap is flat.
+    let other = cat("nmt:Other");
+    let mib_s = other.slope_bytes_per_hour.unwrap() / 3600.0 / 1048576.0;
+    assert!((3.0..5.0).contains(&mib_s), "{other:?}");
+    let heap = cat("nmt:Java Heap");
+    assert!(
+        heap.slope_bytes_per_hour.unwrap_or(0.0).abs() < 1e6,
+        "{heap:?}"
+    );
+    let detail = run
+        .check("memory_growth (rss)")
+        .detail
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        detail.contains("in the JVM's account, JVM Other +"),
+        "{detail}"
+    );
+    // Every reading is in the cell's nmt.csv.gz; the JVM's attach socket
+    // went with it.
+    let csv = run.file("nmt.csv.gz");
+    assert!(csv.lines().filter(|l| l.contains(",Other,")).count() >= j.readings);
+    let report =
+        std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+    assert!(report.contains("**JVM Other**"), "{report}");
 }
