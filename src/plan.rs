@@ -453,17 +453,25 @@ fn probe(ready: &crate::suite::Ready, at: &str, r: &Renderer) -> Result<Probe, P
     })
 }
 
-/// The node's environment: the suite's, the allocator's, and the label
-/// `soak cleanup` finds its processes by.
+/// The node's environment: the suite's, the allocator's (with its heap
+/// profiler's options), the JVM's tracking flag, and the label `soak
+/// cleanup` finds its processes by.
 fn node_env(
     suite: &Suite,
     r: &Renderer,
     allocator: Option<&AllocatorPlan>,
+    profile: Option<&ProfilePlan>,
     run_id: &str,
 ) -> Result<Vec<(String, String)>, PlanError> {
     let mut env = rendered_env(r, "node", &suite.node.env)?;
     if let Some(a) = allocator {
         env.extend(a.profile.environment(a.library.as_deref()));
+    }
+    if let Some(p) = profile {
+        profiled_env(&mut env, p);
+    }
+    if suite.memory.jvm.is_some() {
+        crate::telemetry::nmt::with_flag(&mut env);
     }
     env.push(("SOAK_RUN_ID".into(), run_id.to_string()));
     Ok(env)
@@ -655,6 +663,16 @@ fn profile_plan(
 
 /// A cell's heap profiler, none, or why it runs without the one asked for.
 pub type Profiling = Result<Option<ProfilePlan>, String>;
+
+/// How often the JVM's account is read, when the suite asks for it
+/// (default 10 s, at most every 200 ms).
+fn jvm_every(m: &crate::suite::MemorySpec) -> Option<Duration> {
+    m.jvm.map(|_| {
+        m.jvm_every
+            .map_or(Duration::from_secs(10), |d| d.0)
+            .max(Duration::from_millis(200))
+    })
+}
 
 /// jemalloc's profiler options added to the node's `MALLOC_CONF`.
 fn profiled_env(env: &mut Vec<(String, String)>, p: &ProfilePlan) {
@@ -1029,13 +1047,8 @@ pub fn resolve(
     }
     let r = Renderer { vars: &vars };
     let (allocator, profile) = profile_plan(suite, ctx, &dir, allocator_plan(suite, def, ctx)?)?;
-    let mut env = node_env(suite, &r, allocator.as_ref(), &ctx.run_id)?;
-    if let Ok(Some(p)) = &profile {
-        profiled_env(&mut env, p);
-    }
-    if suite.memory.jvm.is_some() {
-        crate::telemetry::nmt::with_flag(&mut env);
-    }
+    let profiled = profile.as_ref().ok().and_then(|p| p.as_ref());
+    let env = node_env(suite, &r, allocator.as_ref(), profiled, &ctx.run_id)?;
     let base = Launch {
         argv: r.argv("node.command", &suite.node.command)?,
         env,
@@ -1090,13 +1103,7 @@ pub fn resolve(
         services: service_plans(suite, def, &r, &dir, ctx, &cgroup_name)?,
         allocator,
         profile,
-        jvm_every: suite.memory.jvm.map(|_| {
-            suite
-                .memory
-                .jvm_every
-                .map_or(Duration::from_secs(10), |d| d.0)
-                .max(Duration::from_millis(200))
-        }),
+        jvm_every: jvm_every(&suite.memory),
         limits: Limits {
             memory: suite.limits.memory.map(|s| s.0),
             high: suite.limits.high.map(|s| s.0),

@@ -9,9 +9,7 @@ pub mod trend;
 
 use crate::telemetry::Sample;
 
-/// Significance level of the growth test: a trend must be this unlikely
-/// under "no growth" before a check fails on it.
-pub const GROWTH_ALPHA: f64 = 0.01;
+pub use crate::model::GROWTH_ALPHA;
 
 /// How far past what was seen a growth is projected to the limit, as a
 /// multiple of the time seen after warm-up. A fresh node's first minute is

@@ -747,6 +747,11 @@ pub struct GrowingStack {
     pub growth_bytes_per_hour: Option<f64>,
 }
 
+/// Significance level of the growth test: a trend must be this unlikely
+/// under "no growth" before a check fails on it (or a kind of memory is
+/// named as the one that grew).
+pub const GROWTH_ALPHA: f64 = 0.01;
+
 /// One kind of resident memory (heap, glibc arenas, thread stacks, ...)
 /// over a cell, from the node's `smaps`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
@@ -777,8 +782,7 @@ impl MemorySummary {
         self.kinds
             .iter()
             .filter(|k| {
-                k.p_growth
-                    .is_some_and(|p| p < crate::analysis::GROWTH_ALPHA)
+                k.p_growth.is_some_and(|p| p < GROWTH_ALPHA)
                     && k.slope_bytes_per_hour.is_some_and(|s| s > 0.0)
             })
             .max_by(|a, b| {
@@ -798,8 +802,7 @@ impl MemorySummary {
             .iter()
             .filter(|k| k.kind != "nmt:total")
             .filter(|k| {
-                k.p_growth
-                    .is_some_and(|p| p < crate::analysis::GROWTH_ALPHA)
+                k.p_growth.is_some_and(|p| p < GROWTH_ALPHA)
                     && k.slope_bytes_per_hour.is_some_and(|s| s > 0.0)
             })
             .max_by(|a, b| {
