@@ -776,40 +776,34 @@ pub struct KindGrowth {
     pub count_last: Option<u64>,
 }
 
+impl KindGrowth {
+    /// Whether it grew: a significant rise (as `memory_growth` judges).
+    pub fn grew(&self) -> bool {
+        self.p_growth.is_some_and(|p| p < GROWTH_ALPHA)
+            && self.slope_bytes_per_hour.is_some_and(|s| s > 0.0)
+    }
+
+    /// The one that grew fastest among `kinds`, if any grew.
+    pub fn fastest<'a>(kinds: impl IntoIterator<Item = &'a KindGrowth>) -> Option<&'a KindGrowth> {
+        kinds.into_iter().filter(|k| k.grew()).max_by(|a, b| {
+            a.slope_bytes_per_hour
+                .partial_cmp(&b.slope_bytes_per_hour)
+                .unwrap_or(std::cmp::Ordering::Equal)
+        })
+    }
+}
+
 impl MemorySummary {
     /// The kind that carried the most significant growth, if any grew.
     pub fn growing_kind(&self) -> Option<&KindGrowth> {
-        self.kinds
-            .iter()
-            .filter(|k| {
-                k.p_growth.is_some_and(|p| p < GROWTH_ALPHA)
-                    && k.slope_bytes_per_hour.is_some_and(|s| s > 0.0)
-            })
-            .max_by(|a, b| {
-                a.slope_bytes_per_hour
-                    .partial_cmp(&b.slope_bytes_per_hour)
-                    .unwrap_or(std::cmp::Ordering::Equal)
-            })
+        KindGrowth::fastest(&self.kinds)
     }
 
     /// "in the JVM's account, JVM Other +14.2 MiB/h": the category of a
     /// JVM's Native Memory Tracking (or RSS outside it) that grew most.
     pub fn jvm_attribution(&self) -> Option<String> {
-        let k = self
-            .jvm
-            .as_ref()?
-            .categories
-            .iter()
-            .filter(|k| k.kind != "nmt:total")
-            .filter(|k| {
-                k.p_growth.is_some_and(|p| p < GROWTH_ALPHA)
-                    && k.slope_bytes_per_hour.is_some_and(|s| s > 0.0)
-            })
-            .max_by(|a, b| {
-                a.slope_bytes_per_hour
-                    .partial_cmp(&b.slope_bytes_per_hour)
-                    .unwrap_or(std::cmp::Ordering::Equal)
-            })?;
+        let jvm = &self.jvm.as_ref()?.categories;
+        let k = KindGrowth::fastest(jvm.iter().filter(|k| k.kind != "nmt:total"))?;
         Some(format!(
             "in the JVM's account, {} {:+.1} MiB/h",
             k.label,

@@ -129,17 +129,12 @@ fn jvm(w: &mut impl Write, j: &crate::model::JvmAccountSummary) -> io::Result<()
         "| category | after warm-up | at the end | peak | growth |"
     )?;
     writeln!(w, "|---|---:|---:|---:|---:|")?;
-    let grew = |k: &crate::model::KindGrowth| {
-        k.p_growth
-            .is_some_and(|p| p < crate::analysis::GROWTH_ALPHA)
-            && k.slope_bytes_per_hour.is_some_and(|s| s > 0.0)
-    };
     for k in j
         .categories
         .iter()
-        .filter(|k| k.peak_bytes >= 1 << 20 || grew(k) || k.kind.starts_with("nmt:outside"))
+        .filter(|k| k.peak_bytes >= 1 << 20 || k.grew() || k.kind.starts_with("nmt:outside"))
     {
-        let label = if grew(k) && k.kind != "nmt:total" {
+        let label = if k.grew() && k.kind != "nmt:total" {
             format!("**{}**", k.label)
         } else {
             k.label.clone()
