@@ -116,8 +116,11 @@ fn heading(s: &Summary) -> String {
 }
 
 fn cells_table(s: &Summary) -> String {
-    let mut t = String::from(
-        "| cell | verdict | lost | corrupted | OOM kills | peak RSS | RSS growth | ops/s | p99 |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    let found = super::text::finding_columns(s);
+    let heads: String = found.iter().map(|f| format!(" {} |", f.heading)).collect();
+    let rules = "---:|".repeat(found.len());
+    let mut t = format!(
+        "| cell | verdict | lost | corrupted |{heads} OOM kills | peak RSS | RSS growth | ops/s | p99 |\n|---|---|---:|---:|{rules}---:|---:|---:|---:|---:|\n",
     );
     for c in s.cells.iter().take(TABLE_ROWS) {
         let (ops, p99) = c
@@ -125,9 +128,10 @@ fn cells_table(s: &Summary) -> String {
             .as_ref()
             .map(|l| (format!("{:.0}", l.ops_per_s), ms(l, |l| l.p99)))
             .unwrap_or(("n/a".into(), "n/a".into()));
+        let figures: String = found.iter().map(|f| format!(" {} |", f.cell(c))).collect();
         let _ = writeln!(
             t,
-            "| {} | {} | {} | {} | {} | {} | {} | {ops} | {p99} |",
+            "| {} | {} | {} | {} |{figures} {} | {} | {} | {ops} | {p99} |",
             code_span(&table_text(&c.id)),
             badge(c.verdict),
             c.integrity.lost,

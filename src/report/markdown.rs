@@ -48,10 +48,13 @@ pub fn write(w: &mut impl Write, s: &Summary, charts: &super::charts::Charts) ->
             s.missing_shards.join(", ")
         )?;
     }
-    writeln!(w, "| cell | verdict | acknowledged | lost | corrupted | in doubt | OOM kills | restarts | peak RSS | RSS growth | ops/s | p99 |")?;
+    let found = super::text::finding_columns(s);
+    let heads: String = found.iter().map(|f| format!(" {} |", f.heading)).collect();
+    let rules = "---:|".repeat(found.len());
+    writeln!(w, "| cell | verdict | acknowledged | lost | corrupted | in doubt |{heads} OOM kills | restarts | peak RSS | RSS growth | ops/s | p99 |")?;
     writeln!(
         w,
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---|---:|---:|---:|---:|{rules}---:|---:|---:|---:|---:|---:|"
     )?;
     for c in &s.cells {
         let (ops, p99) = c
@@ -59,9 +62,10 @@ pub fn write(w: &mut impl Write, s: &Summary, charts: &super::charts::Charts) ->
             .as_ref()
             .map(|l| (format!("{:.0}", l.ops_per_s), ms(l, |l| l.p99)))
             .unwrap_or(("n/a".into(), "n/a".into()));
+        let figures: String = found.iter().map(|f| format!(" {} |", f.cell(c))).collect();
         writeln!(
             w,
-            "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| `{}` | {} | {} | {} | {} | {} |{figures} {} | {} | {} | {} | {} | {} |",
             c.id,
             badge(c.verdict),
             c.integrity.acknowledged,

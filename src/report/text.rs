@@ -109,3 +109,66 @@ pub(crate) fn thousands(n: u64) -> String {
     }
     out
 }
+
+/// The counts a check or an expectation judges beyond the cells table's
+/// own columns (lost, corrupted, OOM kills), by check name, with their
+/// column's heading: a cell whose power cuts took 8,000 unsynced commits
+/// must not read "lost 0" at the top of its report.
+const FINDING_COUNTS: &[(&str, &str)] = &[
+    ("unsynced_writes", "lost unsynced"),
+    ("aborted_reads", "aborted reads"),
+    ("oom_errors", "OOM errors"),
+    ("out_of_memory", "out of memory"),
+    ("unrecovered", "unrecovered"),
+    ("unresponsive", "unresponsive"),
+    ("crashes", "crashes"),
+];
+
+/// A column of the cells table that a finding adds.
+pub(crate) struct FindingColumn {
+    pub heading: &'static str,
+    name: &'static str,
+}
+
+impl FindingColumn {
+    /// The cell's figure: what its check measured, or where no check
+    /// judged it, what the records say (a power cut's unsynced losses,
+    /// the node's own OOM errors, a history that is not linearizable).
+    pub fn cell(&self, c: &crate::model::CellResult) -> String {
+        if let Some(r) = c.checks.iter().find(|r| r.name == self.name) {
+            return match self.name {
+                "linearizable" => value_text(&r.value, &r.unit),
+                _ => r
+                    .value
+                    .as_u64()
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|| value_text(&r.value, &r.unit)),
+            };
+        }
+        match self.name {
+            "unsynced_writes" => c.integrity.lost_unsynced.to_string(),
+            "aborted_reads" => c.integrity.aborted.to_string(),
+            "oom_errors" => c.memory.oom_errors.to_string(),
+            _ => "n/a".into(),
+        }
+    }
+
+    fn found(&self, c: &crate::model::CellResult) -> bool {
+        let judged = c.checks.iter().find(|r| r.name == self.name);
+        match (self.name, judged) {
+            ("linearizable", r) => r.is_some(),
+            (_, Some(r)) => r.value.as_u64().is_some_and(|v| v > 0),
+            _ => !matches!(self.cell(c).as_str(), "0" | "n/a"),
+        }
+    }
+}
+
+/// The finding columns of a run's cells table: each count that some cell
+/// has (above 0), and a history's verdict where a cell checked one.
+pub(crate) fn finding_columns(s: &Summary) -> Vec<FindingColumn> {
+    std::iter::once(("linearizable", "linearizable"))
+        .chain(FINDING_COUNTS.iter().copied())
+        .map(|(name, heading)| FindingColumn { heading, name })
+        .filter(|col| s.cells.iter().any(|c| col.found(c)))
+        .collect()
+}

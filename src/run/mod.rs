@@ -394,9 +394,14 @@ pub fn runtime() -> Option<tokio::runtime::Runtime> {
 
 /// Each cell's verdict and findings in a line, on stderr.
 pub fn tell(summary: &Summary) {
+    let found = crate::report::text::finding_columns(summary);
     for c in &summary.cells {
+        let figures: String = found
+            .iter()
+            .map(|f| format!(", {} {}", f.heading, f.cell(c)))
+            .collect();
         eprintln!(
-            "soak: cell {}: {} (lost {}, corrupted {}, in doubt {}, OOM kills {}, restarts {})",
+            "soak: cell {}: {} (lost {}, corrupted {}, in doubt {}{figures}, OOM kills {}, restarts {})",
             c.id,
             c.verdict.as_str(),
             c.integrity.lost,
