@@ -132,7 +132,7 @@ pub fn of_cell(dir: &Path, c: &CellResult) -> Option<CellChart> {
 
 /// The path of a cell's file `name`, compressed (`NAME.gz`, since soak
 /// 0.1's long runs) or as older runs wrote it.
-fn file(dir: &Path, c: &CellResult, name: &str) -> Option<std::path::PathBuf> {
+pub(crate) fn file(dir: &Path, c: &CellResult, name: &str) -> Option<std::path::PathBuf> {
     c.files
         .get(&format!("{name}.gz"))
         .or_else(|| c.files.get(name))
@@ -140,14 +140,14 @@ fn file(dir: &Path, c: &CellResult, name: &str) -> Option<std::path::PathBuf> {
 }
 
 /// The lines of a file; none when it cannot be read.
-fn lines(path: &Path) -> impl Iterator<Item = String> {
+pub(crate) fn lines(path: &Path) -> impl Iterator<Item = String> {
     crate::gzcsv::lines(path).into_iter().flatten()
 }
 
 /// The (time, value) points of each column of `names` in a CSV file's
 /// lines whose time is in the column `t`; rows that do not parse are left
 /// out.
-fn columns(
+pub(crate) fn columns(
     mut lines: impl Iterator<Item = String>,
     t: &str,
     names: &[&str],
@@ -178,7 +178,7 @@ fn columns(
 /// (see [`crate::telemetry::Scraper`]); a name exported under several
 /// label sets (one per column family, say) is summed over them at every
 /// scrape that changed one of them.
-fn parts(lines: impl Iterator<Item = String>) -> Vec<Part> {
+pub(crate) fn parts(lines: impl Iterator<Item = String>) -> Vec<Part> {
     // Per charted name: each series' value, and the name's points.
     let mut current: Vec<BTreeMap<String, f64>> = vec![BTreeMap::new(); PARTS.len()];
     let mut points: Vec<Vec<(f64, f64)>> = vec![vec![]; PARTS.len()];

@@ -7,6 +7,7 @@ pub mod charts;
 pub mod ci;
 pub mod compare;
 pub mod history;
+pub mod html;
 pub mod junit;
 pub mod linearizable;
 pub mod markdown;
@@ -30,8 +31,8 @@ pub fn write_all(dir: &Path, summary: &Summary, charts: &charts::Charts) -> std:
     write_rendered(dir, summary, charts)
 }
 
-/// Writes what is rendered from a summary, `report.md`, `pr-comment.md`
-/// and `junit.xml`, into `dir`, replacing them.
+/// Writes what is rendered from a summary, `report.md`, `pr-comment.md`,
+/// `junit.xml` and `report.html`, into `dir`, replacing them.
 pub fn write_rendered(
     dir: &Path,
     summary: &Summary,
@@ -41,5 +42,6 @@ pub fn write_rendered(
     markdown::write(&mut md, summary, charts)?;
     std::fs::write(dir.join("junit.xml"), junit::write(summary))?;
     std::fs::write(dir.join("pr-comment.md"), ci::pr_comment(summary, charts))?;
-    std::fs::write(dir.join("report.md"), md)
+    std::fs::write(dir.join("report.md"), md)?;
+    html::write(dir, summary).map(|_| ())
 }

@@ -12,6 +12,7 @@ mod charts;
 mod cluster;
 mod docker;
 mod faultfs;
+mod html;
 mod incidents;
 mod kubernetes;
 mod ledger;

@@ -1,6 +1,7 @@
 //! Helpers for tests that start the real binaries.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod soak;
 
 use std::io::{BufRead, BufReader, Read, Write};
