@@ -124,9 +124,13 @@ enum Command {
 struct ReportArgs {
     #[command(subcommand)]
     command: Option<ReportCommand>,
-    /// A run's report folder (reports/SUITE/RUN): its report.md is
-    /// rendered again.
+    /// A run's report folder (reports/SUITE/RUN): its report.md,
+    /// pr-comment.md, junit.xml and report.html are rendered again.
     dir: Option<PathBuf>,
+    /// Write only report.html (for a run of an older soak, which had
+    /// none), and print its path.
+    #[arg(long)]
+    html: bool,
 }
 
 #[derive(Subcommand)]
@@ -252,7 +256,21 @@ pub fn main() -> i32 {
         Command::Shrink(a) => crate::replay::command::shrink(a),
         Command::Doctor { out } => crate::doctor::doctor(&out),
         Command::Verify { cell, target } => verify_command(&cell, target),
-        Command::Report(ReportArgs {
+        Command::Report(args) => report_command(args),
+        #[cfg(feature = "node")]
+        Command::Inspect {
+            data_dir,
+            ledger,
+            json,
+        } => inspect_command(&data_dir, ledger.as_deref(), json),
+    }
+}
+
+/// `soak report`: render a run's report again, its page alone, or compare,
+/// join and follow runs.
+fn report_command(args: ReportArgs) -> i32 {
+    match args {
+        ReportArgs {
             command:
                 Some(ReportCommand::Compare {
                     base,
@@ -261,38 +279,45 @@ pub fn main() -> i32 {
                     out,
                 }),
             ..
-        }) => compare_command(&base, &head, threshold, out.as_deref()),
-        Command::Report(ReportArgs {
+        } => compare_command(&base, &head, threshold, out.as_deref()),
+        ReportArgs {
             command: Some(ReportCommand::History { dirs, out }),
             ..
-        }) => history_command(&dirs, out.as_deref()),
-        Command::Report(ReportArgs {
+        } => history_command(&dirs, out.as_deref()),
+        ReportArgs {
             command: Some(ReportCommand::Merge { dirs, out }),
             ..
-        }) => merge_command(&dirs, out.as_deref()),
-        Command::Report(ReportArgs {
+        } => merge_command(&dirs, out.as_deref()),
+        ReportArgs {
             command: None,
             dir: Some(dir),
-        }) => match crate::report::merge::render(&dir) {
+            html: true,
+        } => match crate::report::merge::html(&dir) {
+            Ok(path) => {
+                println!("soak: {}", path.display());
+                exit::PASS
+            }
+            Err(e) => report_error(e),
+        },
+        ReportArgs {
+            command: None,
+            dir: Some(dir),
+            ..
+        } => match crate::report::merge::render(&dir) {
             Ok(_) => {
                 println!("soak: {}", dir.join("report.md").display());
                 exit::PASS
             }
             Err(e) => report_error(e),
         },
-        Command::Report(ReportArgs {
+        ReportArgs {
             command: None,
             dir: None,
-        }) => {
+            ..
+        } => {
             eprintln!("error: give a run's report folder (soak report reports/SUITE/RUN), or `soak report compare` / `soak report merge`");
             exit::INVALID
         }
-        #[cfg(feature = "node")]
-        Command::Inspect {
-            data_dir,
-            ledger,
-            json,
-        } => inspect_command(&data_dir, ledger.as_deref(), json),
     }
 }
 

@@ -55,6 +55,14 @@ pub fn render(dir: &Path) -> Result<Summary, ReportError> {
     Ok(s)
 }
 
+/// Writes `report.html` of the run in `dir` (a run of a soak before it had
+/// one), and says where.
+pub fn html(dir: &Path) -> Result<std::path::PathBuf, ReportError> {
+    let s = load(dir)?;
+    super::html::write(dir, &s)
+        .map_err(|e| ReportError::Environment(format!("cannot write in {}: {e}", dir.display())))
+}
+
 /// Joins the runs in `dirs` (shards of one suite) into one report in
 /// `out`. Cells keep their order, shard by shard; a cell id in two runs is
 /// refused (a shard merged twice, or runs of different matrices).

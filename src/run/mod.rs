@@ -1,6 +1,7 @@
 //! `soak run`: from a suite to a verdict, a report and an exit code.
 
 mod assemble;
+pub mod dashboard;
 mod resources;
 
 use std::collections::BTreeMap;
@@ -80,6 +81,12 @@ pub struct RunOptions {
     /// gives each figure's median and spread over the N runs.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
     pub repeat: Option<u32>,
+    /// Serve the report page live while the run goes, at ADDR (host:port;
+    /// without it, 127.0.0.1 and a free port), printed at the start: the
+    /// current cell and phase, the charts growing, findings as they
+    /// happen. Read-only; it stops with the run.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
+    pub dashboard: Option<String>,
 }
 
 impl RunOptions {
@@ -101,6 +108,7 @@ impl RunOptions {
             claim_cgroup: false,
             reach: Reach::default(),
             repeat: None,
+            dashboard: None,
         }
     }
 
@@ -316,6 +324,10 @@ pub async fn run(
         ))
     })?;
     let placement = placement(&suite, &run_id, opts.claim_cgroup)?;
+    let dashboard = match &opts.dashboard {
+        Some(addr) => Some(start_dashboard(addr, &suite.name, &run_id, progress).await?),
+        None => None,
+    };
     let started = chrono::Utc::now();
     let dir = run_dir(&opts.out, &suite.name, &run_id, started)?;
     let origin = tokio::time::Instant::now();
@@ -325,6 +337,9 @@ pub async fn run(
     }
     let ctx = run_context(&suite, opts, &run_id, &dir, seed)?;
     progress.begin_run(&suite, cells.len(), opts.duration_scale);
+    if let Some(d) = &dashboard {
+        d.run(&dir, cells.len());
+    }
 
     let mut results = vec![];
     let mut charts = BTreeMap::new();
@@ -334,8 +349,17 @@ pub async fn run(
             break;
         }
         let header = cell_header(opts, &ctx, &suite_text, &cell.id, seed);
-        let ran = match plan::resolve(&suite, cell, index, &ctx) {
+        let resolved = plan::resolve(&suite, cell, index, &ctx).map_err(|e| match e {
+            PlanError::Template { field, error } => {
+                RunError::Usage(PlanError::Template { field, error }.located(&opts.suite, &cell.id))
+            }
+            e => e.into(),
+        });
+        let ran = match resolved {
             Ok(p) => {
+                if let Some(d) = &dashboard {
+                    d.cell_started(&p.id, &p.dir);
+                }
                 let cell = CellRun {
                     suite: &suite,
                     plan: &p,
@@ -344,25 +368,13 @@ pub async fn run(
                 };
                 run_cell(cell, interrupt.clone(), progress).await
             }
-            Err(PlanError::Template { field, error }) => Err(RunError::Usage(
-                PlanError::Template { field, error }.located(&opts.suite, &cell.id),
-            )),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(e),
         };
-        match ran {
-            Ok(mut result) => {
-                if let Some(chart) = crate::report::charts::of_cell(&dir, &result) {
-                    charts.insert(result.id.clone(), chart);
-                }
-                result.repeat_of.clone_from(repeat_of);
-                results.push(result);
-            }
-            Err(e) => {
-                let mut result = CellResult::error(&cell.id, cell.params_map(), e.to_string());
-                result.repeat_of.clone_from(repeat_of);
-                results.push(result);
-                env_error.get_or_insert(e);
-            }
+        if let Some(e) = record(ran, cell, repeat_of, &dir, &mut results, &mut charts) {
+            env_error.get_or_insert(e);
+        }
+        if let (Some(d), Some(r)) = (&dashboard, results.last()) {
+            d.cell_done(r);
         }
         // Partial results survive a crash of soak itself.
         let summary = summary_of(&suite, opts, &ctx, started, origin, results.clone());
@@ -376,11 +388,69 @@ pub async fn run(
         "cannot write the report in {}",
         dir.display()
     )))?;
+    if let Some(d) = dashboard {
+        d.finish(&dir, summary.stopped.is_some()).await;
+    }
     // One cell, and it never got going: that is the environment's failure.
     if let (Some(e), 1) = (env_error, summary.cells.len()) {
         return Err(e);
     }
     Ok((summary, dir))
+}
+
+/// Keeps a cell's result (and its chart), or the error it could not run
+/// for as its result; returns that error.
+fn record(
+    ran: Result<CellResult, RunError>,
+    cell: &CellDef,
+    repeat_of: &Option<String>,
+    dir: &Path,
+    results: &mut Vec<CellResult>,
+    charts: &mut crate::report::charts::Charts,
+) -> Option<RunError> {
+    let (mut result, error) = match ran {
+        Ok(result) => {
+            if let Some(chart) = crate::report::charts::of_cell(dir, &result) {
+                charts.insert(result.id.clone(), chart);
+            }
+            (result, None)
+        }
+        Err(e) => (
+            CellResult::error(&cell.id, cell.params_map(), e.to_string()),
+            Some(e),
+        ),
+    };
+    result.repeat_of.clone_from(repeat_of);
+    results.push(result);
+    error
+}
+
+/// The dashboard of `--dashboard ADDR` (a host without a port gets a free
+/// one), said on stderr.
+async fn start_dashboard(
+    addr: &str,
+    suite: &str,
+    run_id: &str,
+    progress: &Progress,
+) -> Result<dashboard::Dashboard, RunError> {
+    let addr = match addr.parse::<std::net::IpAddr>() {
+        Ok(ip) => std::net::SocketAddr::new(ip, 0).to_string(),
+        Err(_) => addr.to_string(),
+    };
+    let d = dashboard::Dashboard::start(&addr, suite, run_id, progress.clone())
+        .await
+        .map_err(RunError::Usage)?;
+    eprintln!(
+        "soak: dashboard at http://{}/ (read-only; it stops with the run)",
+        d.addr
+    );
+    if !d.addr.ip().is_loopback() {
+        eprintln!(
+            "soak: warning: the dashboard listens on {}, not on loopback: other hosts can read it",
+            d.addr.ip()
+        );
+    }
+    Ok(d)
 }
 
 /// The multi-threaded runtime of a command, or `None` (said on stderr).

@@ -249,3 +249,209 @@ fn a_findings_link_shows_its_moment_on_the_charts() {
     assert!(cells_table.as_str().unwrap().contains(&lost.to_string()));
     assert_eq!(b.errors(), Vec::<String>::new());
 }
+
+/// `soak run SUITE --dashboard` in the background: the child, the
+/// dashboard's address as it printed it, its report folder's parent and
+/// its run id.
+struct Live {
+    child: std::process::Child,
+    addr: String,
+    out: tempfile::TempDir,
+    id: String,
+    stderr: std::sync::mpsc::Receiver<String>,
+}
+
+impl Live {
+    fn start(suite_file: &str) -> Live {
+        let out = tempfile::tempdir().unwrap();
+        let id = test_run_id();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_soak"))
+            .arg("run")
+            .arg(suite(suite_file))
+            .arg("--out")
+            .arg(out.path())
+            .args(["--run-id", &id, "--dashboard"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let addr = loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("soak prints the dashboard's address first");
+            if let Some(rest) = line.strip_prefix("soak: dashboard at http://") {
+                break rest.split('/').next().unwrap().to_string();
+            }
+        };
+        assert!(addr.starts_with("127.0.0.1:"), "bound to loopback: {addr}");
+        Live {
+            child,
+            addr,
+            out,
+            id,
+            stderr: rx,
+        }
+    }
+
+    /// Waits for soak's exit; its code, and that its dashboard is gone.
+    fn end(mut self) -> (i32, String, Run) {
+        let status = self.child.wait().unwrap();
+        let err: Vec<String> = self.stderr.try_iter().collect();
+        assert!(
+            std::net::TcpStream::connect(&self.addr).is_err(),
+            "nothing listens at {} after the run",
+            self.addr
+        );
+        let dir = walk(self.out.path())
+            .into_iter()
+            .find(|p| p.ends_with("summary.json"))
+            .map(|p| p.parent().unwrap().to_path_buf())
+            .expect("the run wrote its summary");
+        let _ = &dir;
+        let run = Run {
+            id: self.id.clone(),
+            out: std::process::Output {
+                status,
+                stdout: vec![],
+                stderr: vec![],
+            },
+            summary: None,
+            report_dir: Some(dir.clone()),
+            _dir: self.out,
+        };
+        assert_nothing_left(&run);
+        (status.code().unwrap_or(-1), err.join("\n"), run)
+    }
+}
+
+#[test]
+fn the_dashboard_follows_a_matrix_live_and_stops_with_the_run() {
+    let _beside = crate::common::beside();
+    let mut b = Browser::start();
+    let live = Live::start("tests/suites/html-report.yaml");
+    let s = b.open(&format!("http://{}/", live.addr), 1400, 1000);
+    // The first cell's charts grow while it runs.
+    b.wait_for(&s, "soak.data && soak.data.cells.length === 1 && document.querySelectorAll('.plot canvas').length >= 5", Duration::from_secs(60));
+    let progress = b.eval(&s, "document.getElementById('progress').textContent");
+    assert!(
+        progress.as_str().unwrap().contains("cell 1/2"),
+        "{progress}"
+    );
+    let first = b
+        .eval(
+            &s,
+            "soak.data.cells[0].groups.find(g => g.id === 'memory').series[0].t.length",
+        )
+        .as_u64()
+        .unwrap();
+    b.wait_for(
+        &s,
+        &format!(
+            "soak.data.cells[0].groups.find(g => g.id === 'memory').series[0].t.length > {first}"
+        ),
+        Duration::from_secs(30),
+    );
+    b.wait_for(
+        &s,
+        "soak.data.cells.some(c => c.marks.some(m => m.kind === 'killed'))",
+        Duration::from_secs(60),
+    );
+    b.screenshot(
+        &s,
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/screenshots/dashboard.png"),
+    );
+    // Then the second cell beside it, and the end.
+    b.wait_for(&s, "soak.data.cells.length === 2", Duration::from_secs(120));
+    b.wait_for(
+        &s,
+        "document.body.dataset.finished === 'true'",
+        Duration::from_secs(120),
+    );
+    let text = b.eval(&s, "document.getElementById('status').textContent + ' | ' + document.getElementById('progress').textContent");
+    let text = text.as_str().unwrap();
+    assert!(
+        text.contains("allocator=glibc pass") && text.contains("allocator=jemalloc pass"),
+        "{text}"
+    );
+    assert!(
+        text.contains("The run has ended") && text.contains("report.html"),
+        "{text}"
+    );
+    assert_eq!(b.eval(&s, "soak.errors"), json!([]));
+    let (code, err, run) = live.end();
+    assert_eq!(code, 0, "{err}");
+    assert!(run.report_dir.unwrap().join("report.html").is_file());
+    assert_eq!(b.errors(), Vec::<String>::new());
+}
+
+#[test]
+fn the_dashboard_of_an_interrupted_run_says_so_and_stops() {
+    let _beside = crate::common::beside();
+    let mut b = Browser::start();
+    let live = Live::start("tests/suites/html-report.yaml");
+    let s = b.open(&format!("http://{}/", live.addr), 1200, 900);
+    b.wait_for(
+        &s,
+        "soak.data && document.querySelectorAll('.plot canvas').length >= 5",
+        Duration::from_secs(60),
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(live.child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    b.wait_for(
+        &s,
+        "document.body.dataset.finished === 'true'",
+        Duration::from_secs(60),
+    );
+    let progress = b.eval(&s, "document.getElementById('progress').textContent");
+    assert!(
+        progress.as_str().unwrap().contains("interrupted"),
+        "{progress}"
+    );
+    let (code, err, _) = live.end();
+    assert_eq!(code, 130, "{err}");
+    assert_eq!(b.errors(), Vec::<String>::new());
+}
+
+#[test]
+fn the_dashboard_of_a_node_that_never_gets_ready_shows_why() {
+    let _beside = crate::common::beside();
+    let dir = tempfile::tempdir().unwrap();
+    let suite = variant(
+        &dir,
+        "tests/suites/never-ready.yaml",
+        &[("timeout: 1500ms", "timeout: 6s")],
+    );
+    let mut b = Browser::start();
+    let live = Live::start(&suite);
+    let s = b.open(&format!("http://{}/", live.addr), 1200, 900);
+    b.wait_for(
+        &s,
+        "document.body.dataset.finished === 'true'",
+        Duration::from_secs(60),
+    );
+    let text = b.eval(&s, "document.getElementById('status').textContent");
+    assert!(
+        text.as_str().unwrap().contains("did not get ready within"),
+        "{text}"
+    );
+    assert_eq!(
+        b.eval(&s, "document.getElementById('live-verdict').textContent"),
+        json!("error")
+    );
+    let (code, err, _) = live.end();
+    assert_eq!(code, 3, "{err}");
+    assert_eq!(b.errors(), Vec::<String>::new());
+}

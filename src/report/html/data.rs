@@ -55,6 +55,45 @@ impl Series {
         }
     }
 
+    /// At most about `max` points: the series cut into `max / 2`
+    /// stretches of time, each kept as its lowest and highest point in
+    /// their order (a spike survives), the last point always.
+    pub fn thinned(&self, max: usize) -> Series {
+        let points = self.points();
+        let buckets = (max / 2).max(1);
+        if points.len() <= max {
+            return self.clone();
+        }
+        let per = points.len().div_ceil(buckets);
+        let mut kept = Vec::with_capacity(max + 1);
+        for chunk in points.chunks(per) {
+            let lo = chunk
+                .iter()
+                .enumerate()
+                .min_by(|a, b| a.1 .1.total_cmp(&b.1 .1))
+                .map(|x| x.0);
+            let hi = chunk
+                .iter()
+                .enumerate()
+                .max_by(|a, b| a.1 .1.total_cmp(&b.1 .1))
+                .map(|x| x.0);
+            let (Some(lo), Some(hi)) = (lo, hi) else {
+                continue;
+            };
+            kept.push(chunk[lo.min(hi)]);
+            if lo != hi {
+                kept.push(chunk[lo.max(hi)]);
+            }
+        }
+        if kept.last() != points.last() {
+            kept.extend(points.last());
+        }
+        Series {
+            steps: self.steps,
+            ..Series::new(self.label.clone(), &kept, self.scale)
+        }
+    }
+
     /// The points again, as the page decodes them.
     pub fn points(&self) -> Vec<(f64, f64)> {
         let (mut t, mut v) = (0i64, 0i64);
@@ -464,6 +503,19 @@ mod tests {
         assert_eq!(s.points(), points[..3].to_vec());
         let ms = Series::new("p99", &[(1.0, 1.2345), (2.0, 0.5)], 1000.0);
         assert_eq!(ms.points(), vec![(1.0, 1.235), (2.0, 0.5)]);
+    }
+
+    #[test]
+    fn a_thinned_series_keeps_its_spike_and_its_last_point() {
+        let mut points: Vec<(f64, f64)> = (0..10_000).map(|i| (i as f64, 100.0)).collect();
+        points[5_123].1 = 9_000.0;
+        points[9_999].1 = 7.0;
+        let s = Series::new("x", &points, 1.0).thinned(200);
+        let kept = s.points();
+        assert!(kept.len() <= 202, "{}", kept.len());
+        assert!(kept.contains(&(5_123.0, 9_000.0)));
+        assert_eq!(kept.last(), Some(&(9_999.0, 7.0)));
+        assert!(kept.windows(2).all(|w| w[0].0 < w[1].0));
     }
 
     #[test]

@@ -35,11 +35,69 @@ pub struct PageData {
     pub verdict: &'static str,
     pub duration_s: f64,
     pub cells: Vec<data::CellData>,
-    /// The run is going (the dashboard): the page fetches again.
+    /// The run is going (the dashboard): more data will come.
     pub live: bool,
-    /// The live page's progress line.
+    /// Where the run is, for the live page.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub progress: Option<String>,
+    pub status: Option<LiveStatus>,
+}
+
+/// Where a run is, as the live page shows it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LiveStatus {
+    /// The progress line: cell, phase, time elapsed and left, ops/s.
+    pub line: String,
+    pub cells: usize,
+    /// The cells done, each with its verdict and what it found.
+    pub done: Vec<DoneCell>,
+    pub interrupted: bool,
+    /// The report folder, once the run has ended.
+    pub report: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DoneCell {
+    pub id: String,
+    pub verdict: &'static str,
+    pub text: String,
+}
+
+impl DoneCell {
+    pub fn of(c: &CellResult) -> DoneCell {
+        let i = &c.integrity;
+        let text = match &c.error {
+            Some(e) => e.clone(),
+            None => format!(
+                "lost {}, lost unsynced {}, corrupted {}, OOM kills {}, restarts {}",
+                i.lost,
+                i.lost_unsynced,
+                i.corrupted,
+                c.memory.oom_kills,
+                c.restarts.len()
+            ),
+        };
+        DoneCell {
+            id: c.id.clone(),
+            verdict: c.verdict.as_str(),
+            text,
+        }
+    }
+}
+
+impl PageData {
+    /// The same with each series cut to at most `max` points (each
+    /// stretch's lowest and highest kept): what the live page is sent
+    /// every second, which stays the same size however long the run.
+    pub fn thinned(mut self, max: usize) -> PageData {
+        for c in &mut self.cells {
+            for g in &mut c.groups {
+                for s in &mut g.series {
+                    *s = s.thinned(max);
+                }
+            }
+        }
+        self
+    }
 }
 
 /// The page data of a run whose files are under `dir`.
@@ -51,7 +109,7 @@ pub fn page_data(dir: &Path, s: &Summary) -> PageData {
         duration_s: s.duration_s,
         cells: s.cells.iter().map(|c| data::of_cell(dir, c)).collect(),
         live: false,
-        progress: None,
+        status: None,
     }
 }
 
@@ -73,14 +131,47 @@ pub fn packed(d: &PageData) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-/// The page: with its data inside (a report), or without (the live page,
-/// which fetches it).
+/// The page of a finished run, its data inside.
 pub fn page(s: &Summary, d: Option<&PageData>) -> String {
     let mut body = String::new();
     head(&mut body, s);
     cells_table(&mut body, s);
     expectations(&mut body, s);
     findings(&mut body, s);
+    charts_section(&mut body);
+    for c in &s.cells {
+        cell(&mut body, c);
+    }
+    let data = d.map(packed).unwrap_or_default();
+    document(
+        &s.suite,
+        s.verdict.as_str(),
+        &s.soak_version,
+        &body,
+        Some(&data),
+    )
+}
+
+/// The live page of a run going on (`soak run --dashboard`): the run's
+/// head, its status and the charts, whose data it receives from the
+/// dashboard as events (`/events`).
+pub fn live_page(suite: &str, run_id: &str) -> String {
+    let mut body = String::new();
+    let _ = writeln!(
+        body,
+        "<header><h1>soak: {} <span class=\"verdict\" id=\"live-verdict\">running</span></h1>\n\
+         <p>Run <code>{}</code>, live: this page follows the run and stops with it.</p>\n\
+         <p id=\"progress\">waiting for the first cell…</p></header>\n\
+         <section><h2>Cells</h2><ul id=\"status\"></ul></section>\n\
+         <section><h2>Findings so far</h2><ul id=\"findings-live\"></ul></section>",
+        esc(suite),
+        esc(run_id)
+    );
+    charts_section(&mut body);
+    document(suite, "running", env!("CARGO_PKG_VERSION"), &body, None)
+}
+
+fn charts_section(body: &mut String) {
     body.push_str(
         "<section id=\"charts\"><h2>Charts</h2>\n<p class=\"hint\">Drag across a chart to zoom in, \
          the wheel zooms around the pointer, shift and the wheel (or the arrow keys) pan, \
@@ -89,23 +180,25 @@ pub fn page(s: &Summary, d: Option<&PageData>) -> String {
          the rest; the bands are the phases. Hover over one to name it.</p>\n\
          <div id=\"range\"></div><div id=\"plots\"><noscript>The charts need JavaScript.</noscript></div></section>\n",
     );
-    for c in &s.cells {
-        cell(&mut body, c);
-    }
-    let data = d.map(packed).unwrap_or_default();
+}
+
+/// The whole HTML document around a body; `data` the packed data of a
+/// report, none for the live page.
+fn document(title: &str, verdict: &str, version: &str, body: &str, data: Option<&str>) -> String {
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <link rel=\"icon\" href=\"data:,\">\n\
          <title>soak: {title} — {verdict}</title>\n\
          <style>{UPLOT_CSS}\n{PAGE_CSS}</style>\n</head>\n<body data-live=\"{live}\">\n{body}\n\
          <footer>soak {version}. Charts drawn with uPlot 1.6.32, embedded under its licence:<pre>{licence}</pre></footer>\n\
          <script id=\"soak-data\" type=\"application/octet-stream\">{data}</script>\n\
          <script>\n{UPLOT_JS}\n</script>\n<script>\n{PAGE_JS}\n</script>\n</body></html>\n",
-        title = esc(&s.suite),
-        verdict = s.verdict.as_str(),
-        live = d.is_none(),
-        version = esc(&s.soak_version),
+        title = esc(title),
+        live = data.is_none(),
+        version = esc(version),
         licence = esc(UPLOT_LICENSE),
+        data = data.unwrap_or_default(),
     )
 }
 

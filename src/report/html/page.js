@@ -7,7 +7,7 @@
 (function () {
   const CLASS_COLOURS = { fault: "#d62728", recovery: "#2ca02c", finding: "#7a0019", info: "#9a9a9a" };
   const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
-  const soak = (window.soak = { charts: [], errors: [], marksDrawn: 0, range: null, data: null, rendered: false });
+  const soak = (window.soak = { charts: [], errors: [], marksDrawn: 0, range: null, data: null, rendered: false, ymax: {} });
   window.addEventListener("error", (e) => soak.errors.push(String(e.message)));
   window.addEventListener("unhandledrejection", (e) => soak.errors.push(String(e.reason)));
 
@@ -196,6 +196,13 @@
     if (limit && limit < 2 * max) max = Math.max(max, limit);
     return max > 0 ? max * 1.05 : 1;
   }
+  // One row's y range: the same for every cell.
+  function rowMax(cells, id) {
+    const groups = cells.map((c) => c.groups.find((g) => g.id === id));
+    const max = yMax(groups, id === "memory" ? Math.max(0, ...cells.map((c) => c.limit_bytes || 0)) : 0);
+    soak.ymax[id] = max;
+    return max;
+  }
   function chart(el, cell, group, ymax, w) {
     const fmt = FORMAT[group.unit] || compact;
     let data = table(group);
@@ -221,7 +228,7 @@
     const opts = {
       width: w,
       height: 230,
-      scales: { x: { time: false }, y: { range: [0, ymax] } },
+      scales: { x: { time: false }, y: { range: () => [0, soak.ymax[group.id] || ymax] } },
       axes: [
         { values: (u, vals) => vals.map(seconds), size: 36 },
         { values: (u, vals) => vals.map(fmt), size: 78 },
@@ -233,6 +240,8 @@
     };
     const u = new uPlot(opts, data, el);
     u.soakCell = cell;
+    u.soakCellId = cell.id;
+    u.soakGroupId = group.id;
     if (group.id === "memory" && cell.limit_bytes) u.soakLimit = cell.limit_bytes;
     const tip = document.createElement("div");
     tip.className = "tip";
@@ -260,7 +269,7 @@
       grid.style.gridTemplateColumns = `repeat(${cols}, 1fr)`;
       row.appendChild(grid);
       into.appendChild(row);
-      const ymax = yMax(groups, id === "memory" ? Math.max(...cells.map((c) => c.limit_bytes || 0)) : 0);
+      const ymax = rowMax(cells, id);
       cells.forEach((c, i) => {
         const box = document.createElement("div");
         box.className = "plot";
@@ -304,7 +313,6 @@
     }
     const want = /#zoom=([\d.]+),([\d.]+)/.exec(location.hash);
     if (want) soak.zoom(+want[1], +want[2]);
-    else if (soak.range && data.live) setRange(soak.range[0], Math.max(soak.range[1], soak.end));
     else soak.reset();
   }
   // A finding's link: the minute around its moment, or the whole cell.
@@ -320,29 +328,84 @@
   });
 
   // ---- the live page ----
-  async function poll() {
-    try {
-      const r = await fetch("data", { cache: "no-store" });
-      if (r.ok) {
-        const data = await r.json();
-        const p = document.getElementById("progress");
-        if (p) p.textContent = data.progress || "";
-        render(data);
-        if (!data.live) { document.body.dataset.finished = "true"; return; }
-      }
-    } catch (e) {
-      document.body.dataset.finished = "true";
-      const p = document.getElementById("progress");
-      if (p) p.textContent = "The run has ended (the dashboard stopped with it).";
-      return;
+  // The status: the progress line, the cells done, the findings so far.
+  function status(data) {
+    const st = data.status || {};
+    const p = document.getElementById("progress");
+    if (p) {
+      if (!data.live) p.textContent = (st.interrupted ? "The run was interrupted. " : "The run has ended. ") + (st.report ? "Its report: " + st.report + "/report.html" : "");
+      else p.textContent = st.line || "starting…";
     }
-    setTimeout(poll, 1000);
+    const v = document.getElementById("live-verdict");
+    if (v) { v.textContent = data.verdict; v.className = "verdict " + data.verdict; }
+    const list = document.getElementById("status");
+    if (list) {
+      const running = data.cells.filter((c) => c.verdict === "running").map((c) => `<li><code>${esc(c.id)}</code> <span class="running">running</span></li>`);
+      list.innerHTML = (st.done || []).map((c) => `<li><code>${esc(c.id)}</code> <span class="${c.verdict}">${c.verdict}</span>: ${esc(c.text)}</li>`).concat(running).join("") +
+        (st.cells ? `<li class="hint">${(st.done || []).length} of ${st.cells} cells done</li>` : "");
+    }
+    const f = document.getElementById("findings-live");
+    if (f) {
+      const items = [];
+      for (const c of data.cells) for (const m of c.marks) if (m.class === "finding") items.push(`<li><a href="#" class="moment" data-cell="${esc(c.id)}" data-t="${m.t}">${seconds(m.t)}</a> <code>${esc(c.id)}</code> <b class="finding">${esc(m.kind)}</b> ${esc(m.text)}</li>`);
+      f.innerHTML = items.join("") || "<li>none yet</li>";
+    }
+  }
+  // The same charts as before: new data into them, the zoom kept (or
+  // following the end of the run while the whole run is shown).
+  function shape(data) {
+    return data.cells.map((c) => c.id + ":" + c.groups.map((g) => g.id + "/" + g.series.length).join(",")).join(";");
+  }
+  function update(data) {
+    const following = !soak.range || soak.range[1] >= soak.end - 1e-9;
+    const start = soak.range ? soak.range[0] : 0;
+    soak.data = data;
+    soak.end = Math.max(1, ...data.cells.map((c) => c.end));
+    for (const id of Object.keys(soak.ymax)) rowMax(data.cells, id);
+    for (const u of soak.charts) {
+      const cell = data.cells.find((c) => c.id === u.soakCellId);
+      const group = cell && cell.groups.find((g) => g.id === u.soakGroupId);
+      if (!group) continue;
+      u.soakCell = cell;
+      const t = table(group);
+      u.setData(group.stacked ? stack(t) : t, false);
+    }
+    if (following) setRange(start, soak.end);
+    else setRange(soak.range[0], soak.range[1]);
+  }
+  soak.messages = 0;
+  function live() {
+    return new Promise((done) => {
+      const es = new EventSource("events");
+      let drawn = "";
+      es.onmessage = (e) => {
+        const data = JSON.parse(e.data);
+        soak.messages++;
+        const sig = shape(data);
+        if (sig !== drawn) { render(data); drawn = sig; } else update(data);
+        status(data);
+        soak.rendered = true;
+        document.body.dataset.rendered = document.body.dataset.rendered || "live";
+        if (!data.live) { es.close(); document.body.dataset.finished = "true"; done(); }
+      };
+      es.onerror = () => {
+        // The run and its dashboard are gone.
+        es.close();
+        if (!document.body.dataset.finished) {
+          const p = document.getElementById("progress");
+          if (p) p.textContent = "The dashboard has stopped (the run ended).";
+          document.body.dataset.finished = "true";
+        }
+        done();
+      };
+    });
   }
 
   async function main() {
     const t0 = performance.now();
     if (document.body.dataset.live === "true") {
-      await poll();
+      await live();
+      return;
     } else {
       render(await unpack(document.getElementById("soak-data").textContent));
     }

@@ -50,8 +50,8 @@ impl Browser {
                 "--hide-scrollbars",
                 "--remote-debugging-pipe",
                 "--window-size=1400,1000",
-                // No name resolves: a page that reached for a CDN fails.
-                "--host-resolver-rules=MAP * ~NOTFOUND",
+                // No name resolves but loopback: a page that reached for a CDN fails.
+                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
             ])
             .arg(format!("--user-data-dir={}", profile.path().display()))
             .arg("about:blank")
