@@ -254,7 +254,36 @@ fn html_text(s: &str) -> String {
 /// many as fit under GitHub's comment limit; the rest are left to
 /// report.md, and the comment says how many.
 pub fn pr_comment(s: &Summary, charts: &Charts) -> String {
-    let tail = "Everything else is in report.md, beside this comment in the run's artifacts.\n";
+    pr_comment_linked(s, charts, None)
+}
+
+/// Where CI keeps this job's artifacts, from its environment: a GitLab
+/// job's report.html (browsable there), or a GitHub run's page (which
+/// lists its artifacts). None outside CI.
+pub fn artifacts_link() -> Option<String> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    if let Some(job) = var("CI_JOB_URL") {
+        return Some(format!("{job}/artifacts/browse"));
+    }
+    Some(format!(
+        "{}/{}/actions/runs/{}",
+        var("GITHUB_SERVER_URL")?,
+        var("GITHUB_REPOSITORY")?,
+        var("GITHUB_RUN_ID")?
+    ))
+}
+
+/// `pr-comment.md`, its last line linking to where CI keeps the run's
+/// artifacts when `link` is known.
+pub fn pr_comment_linked(s: &Summary, charts: &Charts, link: Option<&str>) -> String {
+    let place = match link {
+        Some(l) => format!("in the run's artifacts ({l})"),
+        None => "beside this comment in the run's artifacts".into(),
+    };
+    let tail = format!(
+        "Everything else is in report.md, and every series at full resolution with its events, zoomable, in report.html (one file that opens offline), {place}.\n"
+    );
+    let tail = tail.as_str();
     let mut t = heading(s);
     for part in [cells_table(s), problem_lines(s)] {
         if t.chars().count() + part.chars().count() + 200 < COMMENT_BUDGET {

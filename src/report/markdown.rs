@@ -26,7 +26,7 @@ pub fn write(w: &mut impl Write, s: &Summary, charts: &super::charts::Charts) ->
     }
     writeln!(
         w,
-        "Run `{}` of `{}`{} (seed {}), started {}, took {}; soak {}.\n",
+        "Run `{}` of `{}`{} (seed {}), started {}, took {}; soak {}. Every series at full resolution, with its events, zoomable: [report.html](report.html) beside this file.\n",
         s.run_id,
         s.suite_file,
         s.shard

@@ -41,7 +41,11 @@ pub fn write_rendered(
     let mut md = Vec::new();
     markdown::write(&mut md, summary, charts)?;
     std::fs::write(dir.join("junit.xml"), junit::write(summary))?;
-    std::fs::write(dir.join("pr-comment.md"), ci::pr_comment(summary, charts))?;
+    let link = ci::artifacts_link();
+    std::fs::write(
+        dir.join("pr-comment.md"),
+        ci::pr_comment_linked(summary, charts, link.as_deref()),
+    )?;
     std::fs::write(dir.join("report.md"), md)?;
     html::write(dir, summary).map(|_| ())
 }

@@ -198,7 +198,7 @@ fn a_report_opens_offline_with_every_cell_charted_its_events_drawn_and_zoom() {
 
     let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
     b.eval(&s, "window.scrollTo(0, 0)");
-    b.screenshot(&s, &shots.join("report-html.png"));
+    b.screenshot(&s, &shots.join("report-html.png"), 1250.0, 0.75);
     assert_eq!(b.errors(), Vec::<String>::new(), "console errors");
     let elsewhere: Vec<String> = b
         .requests()
@@ -369,6 +369,8 @@ fn the_dashboard_follows_a_matrix_live_and_stops_with_the_run() {
     b.screenshot(
         &s,
         &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/screenshots/dashboard.png"),
+        1000.0,
+        0.75,
     );
     // Then the second cell beside it, and the end.
     b.wait_for(&s, "soak.data.cells.length === 2", Duration::from_secs(120));

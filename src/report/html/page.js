@@ -62,6 +62,12 @@
   }
   // The group's table for uPlot: one x column, a y column a series.
   function table(group) {
+    // Decoded once per message: the y range and the chart both read it.
+    if (group._table) return group._table;
+    group._table = joined(group);
+    return group._table;
+  }
+  function joined(group) {
     const cols = group.series.map(decode);
     if (cols.length === 1) return cols[0];
     const same = cols.every((c) => c[0].length === cols[0][0].length && c[0][c[0].length - 1] === cols[0][0][cols[0][0].length - 1]);
@@ -196,6 +202,14 @@
     if (limit && limit < 2 * max) max = Math.max(max, limit);
     return max > 0 ? max * 1.05 : 1;
   }
+  // A series has the same colour in every cell's chart of a group (a kind
+  // one cell lacks does not shift the others').
+  const colours = {};
+  function colourOf(group, label) {
+    const g = (colours[group] = colours[group] || {});
+    if (!(label in g)) g[label] = PALETTE[Object.keys(g).length % PALETTE.length];
+    return g[label];
+  }
   // One row's y range: the same for every cell.
   function rowMax(cells, id) {
     const groups = cells.map((c) => c.groups.find((g) => g.id === id));
@@ -212,8 +226,8 @@
     const series = [{ label: "time", value: (u, v) => seconds(v) }];
     group.series.forEach((s, i) => {
       const k = group.stacked ? n - 1 - i : i;
-      const colour = PALETTE[k % PALETTE.length];
       const real = group.stacked ? group.series[k] : s;
+      const colour = colourOf(group.id, real.label);
       series.push({
         label: real.label,
         stroke: colour,
@@ -410,6 +424,8 @@
       render(await unpack(document.getElementById("soak-data").textContent));
     }
     soak.rendered = true;
+    // From the navigation's start to every chart drawn.
+    soak.paintedAt = performance.now();
     document.body.dataset.rendered = String(Math.round(performance.now() - t0));
   }
   main().catch((e) => { soak.errors.push(String(e)); document.body.dataset.rendered = "error"; });

@@ -249,12 +249,15 @@ impl Browser {
             .collect()
     }
 
-    /// A PNG of the whole page (as tall as it is), written to `path`.
-    pub fn screenshot(&mut self, s: &str, path: &Path) {
+    /// A PNG of the page from its top, `height` CSS pixels of it (the
+    /// book's size) at `scale`, written to `path`.
+    pub fn screenshot(&mut self, s: &str, path: &Path, height: f64, scale: f64) {
+        let width = self.eval(s, "document.documentElement.clientWidth");
         let shot = self.call(
             Some(s),
             "Page.captureScreenshot",
-            json!({ "format": "png", "captureBeyondViewport": true }),
+            json!({ "format": "png", "captureBeyondViewport": true,
+                    "clip": { "x": 0, "y": 0, "width": width, "height": height, "scale": scale } }),
         );
         use base64::Engine as _;
         let png = base64::engine::general_purpose::STANDARD
