@@ -89,6 +89,11 @@ def delete(zk, req):
 
 
 def read(zk, req):
+    """A read after sync(): ZooKeeper's plain reads are sequentially
+    consistent, not linearizable (a follower cut off from the leader
+    answers from its own state until it notices), so the read first asks
+    the server to catch up with the leader, as ZooKeeper's guide says to
+    for a read that must see every write acknowledged before it."""
     key = req["keys"][0]
 
     def done(r):
@@ -100,7 +105,15 @@ def read(zk, req):
         except Exception as e:
             failed(req["id"], e)
 
-    zk.get_async(f"{ROOT}/{key}").rawlink(done)
+    def synced(r):
+        try:
+            r.get()
+        except Exception as e:
+            failed(req["id"], e)
+            return
+        zk.get_async(f"{ROOT}/{key}").rawlink(done)
+
+    zk.sync_async(ROOT).rawlink(synced)
 
 
 def main():
