@@ -8,7 +8,9 @@
 //! own figures left out, as soak's page folds them), which is the least
 //! any page drawing them with it can take.
 //!
-//!     cargo run --release --example html        (or without --release)
+//!     cargo run --example html              a synthesized day
+//!     cargo run --example html -- RUN_DIR   a real run's folder (the
+//!                                           book's day: bench/day.yaml)
 //!
 //! Three openings of each, interleaved; medians.
 
@@ -209,46 +211,61 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let dir = tempfile::tempdir().unwrap();
-    let started = Instant::now();
-    day(&dir.path().join("cells/day"));
-    let files: u64 = [
-        "samples.csv.gz",
-        "metrics.csv.gz",
-        "latency.csv",
-        "events.jsonl",
-    ]
-    .iter()
-    .map(|f| {
-        std::fs::metadata(dir.path().join("cells/day").join(f))
-            .unwrap()
-            .len()
-    })
-    .sum();
-    println!(
-        "a day of one cell's files: {:.1} MB, made in {:.1} s",
-        files as f64 / 1e6,
-        started.elapsed().as_secs_f64()
-    );
-    let s = summary(dir.path());
+    let given = std::env::args().nth(1).map(std::path::PathBuf::from);
+    let made = tempfile::tempdir().unwrap();
+    let (dir, s) = match &given {
+        Some(d) => {
+            let s = soak::report::merge::load(d).unwrap_or_else(|e| panic!("{e}"));
+            (d.clone(), s)
+        }
+        None => {
+            let started = Instant::now();
+            day(&made.path().join("cells/day"));
+            let files: u64 = [
+                "samples.csv.gz",
+                "metrics.csv.gz",
+                "latency.csv",
+                "events.jsonl",
+            ]
+            .iter()
+            .map(|f| {
+                std::fs::metadata(made.path().join("cells/day").join(f))
+                    .unwrap()
+                    .len()
+            })
+            .sum();
+            println!(
+                "a day of one cell's files: {:.1} MB, made in {:.1} s",
+                files as f64 / 1e6,
+                started.elapsed().as_secs_f64()
+            );
+            (made.path().to_path_buf(), summary(made.path()))
+        }
+    };
     let t = Instant::now();
-    let path = html::write(dir.path(), &s).unwrap();
+    let path = html::write(&dir, &s).unwrap();
     let wrote = t.elapsed().as_secs_f64();
     let size = std::fs::metadata(&path).unwrap().len();
-    let data = html::page_data(dir.path(), &s);
-    let points: usize = data.cells[0]
-        .groups
+    let data = html::page_data(&dir, &s);
+    let points: usize = data
+        .cells
         .iter()
+        .flat_map(|c| &c.groups)
         .flat_map(|g| &g.series)
         .map(|s| s.len())
         .sum();
-    let bare = dir.path().join("bare.html");
+    let series: usize = data
+        .cells
+        .iter()
+        .flat_map(|c| &c.groups)
+        .map(|g| g.series.len())
+        .sum();
+    let bare = made.path().join("bare.html");
     std::fs::write(&bare, bare_page(&data)).unwrap();
     let bare_size = std::fs::metadata(&bare).unwrap().len();
     println!(
-        "report.html: {:.2} MB for {points} points in {} series ({:.1} bytes a point), written in {wrote:.2} s; bare uPlot's page of the same points: {:.1} MB",
+        "report.html: {:.2} MB for {points} points in {series} series ({:.1} bytes a point), written in {wrote:.2} s; bare uPlot's page of the same points: {:.1} MB",
         size as f64 / 1e6,
-        data.cells[0].groups.iter().map(|g| g.series.len()).sum::<usize>(),
         size as f64 / points as f64,
         bare_size as f64 / 1e6
     );
