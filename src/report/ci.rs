@@ -12,7 +12,7 @@ use std::path::Path;
 
 use super::charts::Charts;
 use super::mermaid::chart_rss;
-use super::text::{badge, code_span, mib_per_h, ms, table_text, value_text};
+use super::text::{badge, code_span, mib_per_h, table_text, value_text};
 use super::{CellResult, CheckResult, Summary, Verdict};
 use crate::units::Bytes;
 
@@ -123,11 +123,7 @@ fn cells_table(s: &Summary) -> String {
         "| cell | verdict | lost | corrupted |{heads} OOM kills | peak RSS | RSS growth | ops/s | p99 |\n|---|---|---:|---:|{rules}---:|---:|---:|---:|---:|\n",
     );
     for c in s.cells.iter().take(TABLE_ROWS) {
-        let (ops, p99) = c
-            .load
-            .as_ref()
-            .map(|l| (format!("{:.0}", l.ops_per_s), ms(l, |l| l.p99)))
-            .unwrap_or(("n/a".into(), "n/a".into()));
+        let (ops, p99) = super::text::ops_and_p99(c);
         let figures: String = found.iter().map(|f| format!(" {} |", f.cell(c))).collect();
         let _ = writeln!(
             t,

@@ -57,11 +57,7 @@ pub fn write(w: &mut impl Write, s: &Summary, charts: &super::charts::Charts) ->
         "|---|---|---:|---:|---:|---:|{rules}---:|---:|---:|---:|---:|---:|"
     )?;
     for c in &s.cells {
-        let (ops, p99) = c
-            .load
-            .as_ref()
-            .map(|l| (format!("{:.0}", l.ops_per_s), ms(l, |l| l.p99)))
-            .unwrap_or(("n/a".into(), "n/a".into()));
+        let (ops, p99) = super::text::ops_and_p99(c);
         let figures: String = found.iter().map(|f| format!(" {} |", f.cell(c))).collect();
         writeln!(
             w,

@@ -172,3 +172,12 @@ pub(crate) fn finding_columns(s: &Summary) -> Vec<FindingColumn> {
         .filter(|col| s.cells.iter().any(|c| col.found(c)))
         .collect()
 }
+
+/// A cell's load in the cells tables: operations a second and p99, or
+/// "n/a" for a cell without a load.
+pub(crate) fn ops_and_p99(c: &crate::model::CellResult) -> (String, String) {
+    c.load
+        .as_ref()
+        .map(|l| (format!("{:.0}", l.ops_per_s), ms(l, |l| l.p99)))
+        .unwrap_or(("n/a".into(), "n/a".into()))
+}

@@ -17,7 +17,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::text::{finding_columns, mib_per_h, ms};
+use super::text::{finding_columns, mib_per_h};
 use crate::model::{CellResult, Summary, Verdict};
 use crate::units::Bytes;
 
@@ -252,11 +252,7 @@ fn cells_table(w: &mut String, s: &Summary) {
     }
     w.push_str("<th>OOM kills</th><th>restarts</th><th>peak RSS</th><th>RSS growth</th><th>ops/s</th><th>p99</th></tr></thead><tbody>\n");
     for c in &s.cells {
-        let (ops, p99) = c
-            .load
-            .as_ref()
-            .map(|l| (format!("{:.0}", l.ops_per_s), ms(l, |l| l.p99)))
-            .unwrap_or(("n/a".into(), "n/a".into()));
+        let (ops, p99) = super::text::ops_and_p99(c);
         let _ = write!(
             w,
             "<tr><td><a href=\"#cell-{id}\"><code>{id}</code></a></td><td class=\"{vc}\">{v}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
