@@ -82,7 +82,14 @@ fn a_report_opens_offline_with_every_cell_charted_its_events_drawn_and_zoom() {
             &s,
             &format!("soak.data.cells.find(c => c.id === '{c}').marks.map(m => m.kind)"),
         );
-        for k in ["killed", "paused", "ready", "stopped", "read-back"] {
+        for k in [
+            "killed",
+            "paused",
+            "ready",
+            "stopped",
+            "read-back",
+            "growth verdict",
+        ] {
             assert!(
                 kinds.as_array().unwrap().contains(&json!(k)),
                 "{c}: {k} in {kinds}"

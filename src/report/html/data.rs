@@ -183,12 +183,13 @@ pub fn of_cell(dir: &Path, c: &CellResult) -> CellData {
     groups.extend(samples);
     groups.extend(load(dir, c));
     groups.extend(metrics(dir, c));
-    let (marks, phases, last) = events(dir, c);
+    let (mut marks, phases, last) = events(dir, c);
     let end = groups
         .iter()
         .flat_map(|g| &g.series)
         .filter_map(|s| s.points().last().map(|p| p.0))
         .fold(last, f64::max);
+    marks.extend(growth_verdicts(c, end));
     CellData {
         id: c.id.clone(),
         verdict: c.verdict.as_str(),
@@ -438,6 +439,30 @@ fn class_of(kind: &str, e: &serde_json::Value) -> Option<&'static str> {
     })
 }
 
+/// The verdicts of the growth checks (memory and disk), drawn where the
+/// series they judge end: a trend is known only once the run is over.
+fn growth_verdicts(c: &CellResult, end: f64) -> Vec<Mark> {
+    c.checks
+        .iter()
+        .filter(|r| r.name.starts_with("memory_growth") || r.name.starts_with("disk_growth"))
+        .map(|r| Mark {
+            t: end,
+            kind: "growth verdict".into(),
+            text: format!(
+                "{} {}: {}",
+                r.name,
+                r.verdict.as_str(),
+                crate::report::text::check_text(r)
+            ),
+            class: if r.verdict == crate::model::Verdict::Pass {
+                "info"
+            } else {
+                "finding"
+            },
+        })
+        .collect()
+}
+
 /// The events of `events.jsonl`: those drawn, the phases as spans, and the
 /// time of the last.
 fn events(dir: &Path, c: &CellResult) -> (Vec<Mark>, Vec<Span>, f64) {
@@ -532,5 +557,37 @@ mod tests {
             Some("finding")
         );
         assert_eq!(class_of("verdict", &v("{}")), None);
+    }
+
+    #[test]
+    fn a_growth_verdict_is_drawn_where_its_series_end_and_a_failed_one_is_a_finding() {
+        use crate::model::{CheckResult, Verdict};
+        let check = |name: &str, verdict| CheckResult {
+            name: name.into(),
+            verdict,
+            value: 40.0e6.into(),
+            limit: 30.0e6.into(),
+            unit: "bytes/h".into(),
+            detail: Some("95% CI [+35.0, +41.0] MiB/h".into()),
+        };
+        let c = CellResult {
+            checks: vec![
+                check("memory_growth (rss)", Verdict::Fail),
+                check("disk_growth", Verdict::Pass),
+                check("lost_writes", Verdict::Fail),
+            ],
+            ..Default::default()
+        };
+        let marks = growth_verdicts(&c, 3_600.0);
+        assert_eq!(marks.len(), 2, "{marks:?}");
+        assert!(marks.iter().all(|m| m.t == 3_600.0));
+        assert_eq!(marks[0].class, "finding");
+        assert!(
+            marks[0].text.starts_with("memory_growth (rss) fail"),
+            "{}",
+            marks[0].text
+        );
+        assert!(marks[0].text.contains("MiB/h"), "{}", marks[0].text);
+        assert_eq!(marks[1].class, "info");
     }
 }
