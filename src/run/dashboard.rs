@@ -2,9 +2,10 @@
 //! goes. A small read-only HTTP server (the page at `/`, its data as
 //! server-sent events at `/events`, a snapshot at `/data`) bound to
 //! loopback unless told otherwise. Every second it sends the run's status
-//! (the progress line, the cells done with their verdicts) and every
-//! series of the cells so far, each cut to a bounded number of points, so
-//! a day-long run costs the same as a minute's. It stops with the run: the
+//! (the progress line, the cells done with their verdicts) and the series
+//! of the cell running, each cut to a bounded number of points, so a
+//! day-long run costs the same as a minute's; a cell done is read once,
+//! when it ends, and sent once to each page. It stops with the run: the
 //! last message says the run ended and where its report is, then the
 //! listener closes.
 
@@ -32,6 +33,8 @@ struct Shared {
     dir: PathBuf,
     cells: usize,
     done: Vec<CellResult>,
+    /// What the page draws of each cell done, cut to `LIVE_POINTS`.
+    done_data: Vec<html::data::CellData>,
     /// The cell running now: its id and folder.
     current: Option<(String, PathBuf)>,
     /// The run has ended: its report folder, and whether it was cut short.
@@ -108,6 +111,8 @@ impl Dashboard {
         self.with(|s| {
             s.current = None;
             s.done.push(result.clone());
+            let data = html::data::of_cell(&s.dir, result).thinned(LIVE_POINTS);
+            s.done_data.push(data);
         });
     }
 
@@ -119,14 +124,12 @@ impl Dashboard {
     }
 }
 
-/// The page's data now: the cells done and the one running.
-fn data_now(shared: &Mutex<Shared>, progress: &Progress) -> PageData {
+/// The page's data now: the cells done from the `from`th on (those before
+/// it the page has), and the one running.
+fn data_now(shared: &Mutex<Shared>, progress: &Progress, from: usize) -> PageData {
     let s = shared.lock().expect("dashboard lock");
-    let mut cells: Vec<html::data::CellData> = s
-        .done
-        .iter()
-        .map(|c| html::data::of_cell(&s.dir, c))
-        .collect();
+    let from = from.min(s.done_data.len());
+    let mut cells = s.done_data[from..].to_vec();
     if let Some((id, dir)) = &s.current {
         let files = [
             "events.jsonl",
@@ -143,7 +146,7 @@ fn data_now(shared: &Mutex<Shared>, progress: &Progress) -> PageData {
             files,
             ..CellResult::default()
         };
-        let mut d = html::data::of_cell(&s.dir, &running);
+        let mut d = html::data::of_cell(&s.dir, &running).thinned(LIVE_POINTS);
         d.verdict = "running";
         cells.push(d);
     }
@@ -172,8 +175,8 @@ fn data_now(shared: &Mutex<Shared>, progress: &Progress) -> PageData {
         cells,
         live: s.ended.is_none(),
         status: Some(status),
+        cells_from: (from > 0).then_some(from),
     }
-    .thinned(LIVE_POINTS)
 }
 
 /// One connection: a GET of `/`, `/data` or `/events`; anything else is
@@ -234,8 +237,8 @@ async fn serve(
             .await
         }
         "/data" => {
-            let json =
-                serde_json::to_vec(&data_now(&shared, &progress)).map_err(std::io::Error::other)?;
+            let json = serde_json::to_vec(&data_now(&shared, &progress, 0))
+                .map_err(std::io::Error::other)?;
             respond(&mut stream, "200 OK", "application/json", &json).await
         }
         "/events" => events(stream, shared, progress).await,
@@ -258,8 +261,9 @@ async fn respond(
     stream.shutdown().await
 }
 
-/// Server-sent events: the data every second, until the run has ended
-/// (its last message says so) or the page goes away.
+/// Server-sent events: the data every second (after the first, only the
+/// cells done since the last and the one running), until the run has
+/// ended (its last message says so) or the page goes away.
 async fn events(
     mut stream: TcpStream,
     shared: Arc<Mutex<Shared>>,
@@ -269,13 +273,16 @@ async fn events(
         .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n")
         .await?;
     let mut tick = tokio::time::interval(EVERY);
+    let mut sent = 0;
     loop {
         tick.tick().await;
         let (shared2, progress2) = (shared.clone(), progress.clone());
-        // Reading the cells' files is blocking work.
-        let data = tokio::task::spawn_blocking(move || data_now(&shared2, &progress2))
+        // Reading the running cell's files is blocking work.
+        let data = tokio::task::spawn_blocking(move || data_now(&shared2, &progress2, sent))
             .await
             .map_err(std::io::Error::other)?;
+        sent = data.cells_from.unwrap_or(0)
+            + data.cells.iter().filter(|c| c.verdict != "running").count();
         let json = serde_json::to_string(&data).map_err(std::io::Error::other)?;
         stream
             .write_all(format!("data: {json}\n\n").as_bytes())

@@ -396,6 +396,26 @@ fn the_dashboard_follows_a_matrix_live_and_stops_with_the_run() {
         text.contains("The run has ended") && text.contains("report.html"),
         "{text}"
     );
+    // Each cell done was sent once, and the page still has both.
+    let received = b.eval(
+        &s,
+        "soak.received.flat().filter(c => !c.endsWith(':running'))",
+    );
+    let received: Vec<&str> = received
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c.as_str())
+        .collect();
+    assert_eq!(
+        received,
+        ["allocator=glibc:pass", "allocator=jemalloc:pass"],
+        "each cell done is sent once"
+    );
+    assert_eq!(
+        b.eval(&s, "soak.data.cells.map(c => c.id + ':' + c.verdict + ':' + c.groups.some(g => g.id === 'memory'))"),
+        json!(["allocator=glibc:pass:true", "allocator=jemalloc:pass:true"])
+    );
     assert_eq!(b.eval(&s, "soak.errors"), json!([]));
     let (code, err, run) = live.end();
     assert_eq!(code, 0, "{err}");

@@ -40,6 +40,11 @@ pub struct PageData {
     /// Where the run is, for the live page.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<LiveStatus>,
+    /// On the live page, after the first message: `cells` are the page's
+    /// cells from this index on; those before it are as last sent (a
+    /// cell done is sent once, the running one every time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cells_from: Option<usize>,
 }
 
 /// Where a run is, as the live page shows it.
@@ -84,16 +89,14 @@ impl DoneCell {
     }
 }
 
-impl PageData {
+impl data::CellData {
     /// The same with each series cut to at most `max` points (each
-    /// stretch's lowest and highest kept): what the live page is sent
-    /// every second, which stays the same size however long the run.
-    pub fn thinned(mut self, max: usize) -> PageData {
-        for c in &mut self.cells {
-            for g in &mut c.groups {
-                for s in &mut g.series {
-                    *s = s.thinned(max);
-                }
+    /// stretch's lowest and highest kept): what the live page is sent,
+    /// which stays the same size however long the run.
+    pub fn thinned(mut self, max: usize) -> data::CellData {
+        for g in &mut self.groups {
+            for s in &mut g.series {
+                *s = s.thinned(max);
             }
         }
         self
@@ -110,6 +113,7 @@ pub fn page_data(dir: &Path, s: &Summary) -> PageData {
         cells: s.cells.iter().map(|c| data::of_cell(dir, c)).collect(),
         live: false,
         status: None,
+        cells_from: None,
     }
 }
 

@@ -388,13 +388,19 @@
     else setRange(soak.range[0], soak.range[1]);
   }
   soak.messages = 0;
+  soak.received = [];
   function live() {
     return new Promise((done) => {
       const es = new EventSource("events");
       let drawn = "";
+      let cells = [];
       es.onmessage = (e) => {
         const data = JSON.parse(e.data);
         soak.messages++;
+        // A cell done comes once; later messages carry the rest.
+        soak.received.push(data.cells.map((c) => c.id + ":" + c.verdict));
+        if (data.cells_from != null) data.cells = cells.slice(0, data.cells_from).concat(data.cells);
+        cells = data.cells;
         const sig = shape(data);
         if (sig !== drawn) { render(data); drawn = sig; } else update(data);
         status(data);
