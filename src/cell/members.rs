@@ -30,11 +30,13 @@ pub fn cuts(p: &Partition, n: usize, chosen: &[usize], order: &[usize]) -> Vec<C
                 from: a,
                 to: b,
                 loss: 1.0,
+                hold: None,
             },
             Cut {
                 from: b,
                 to: a,
                 loss: 1.0,
+                hold: None,
             },
         ]
     };
@@ -89,6 +91,32 @@ pub fn cuts(p: &Partition, n: usize, chosen: &[usize], order: &[usize]) -> Vec<C
                     from: *from,
                     to: *to,
                     loss: 1.0,
+                    hold: None,
+                });
+            }
+        }
+        Partition::Delay { .. } | Partition::Loss { .. } => slow_or_lossy(p, &mut out),
+    }
+    out
+}
+
+/// A slow or lossy link, both ways.
+fn slow_or_lossy(p: &Partition, out: &mut Vec<Cut>) {
+    match p {
+        Partition::Delay {
+            between,
+            by,
+            jitter,
+        } => {
+            for (a, b) in [(between.0, between.1), (between.1, between.0)] {
+                out.push(Cut {
+                    from: a,
+                    to: b,
+                    loss: 0.0,
+                    hold: Some(crate::net::delay::Hold {
+                        by: *by,
+                        jitter: *jitter,
+                    }),
                 });
             }
         }
@@ -98,11 +126,12 @@ pub fn cuts(p: &Partition, n: usize, chosen: &[usize], order: &[usize]) -> Vec<C
                     from: a,
                     to: b,
                     loss: *rate,
+                    hold: None,
                 });
             }
         }
+        _ => {}
     }
-    out
 }
 
 /// Two halves, each hearing the member in the middle (`order[n / 2]`).
@@ -113,11 +142,13 @@ fn bridge(n: usize, order: &[usize], out: &mut Vec<Cut>) {
                 from: a,
                 to: b,
                 loss: 1.0,
+                hold: None,
             });
             out.push(Cut {
                 from: b,
                 to: a,
                 loss: 1.0,
+                hold: None,
             });
         }
     }
@@ -134,11 +165,13 @@ fn ring(n: usize, order: &[usize], out: &mut Vec<Cut>) {
                     from: a,
                     to: b,
                     loss: 1.0,
+                    hold: None,
                 });
                 out.push(Cut {
                     from: b,
                     to: a,
                     loss: 1.0,
+                    hold: None,
                 });
             }
         }
@@ -345,8 +378,12 @@ impl<N: Node> Cell<'_, N> {
         self.bus.emit(Event::FaultSet {
             fault: fault.clone(),
         });
+        let delayed = cut.iter().filter(|c| c.hold.is_some()).count();
         Ok((
-            format!("{fault} ({} links cut)", cut.len()),
+            match delayed {
+                0 => format!("{fault} ({} links cut)", cut.len()),
+                d => format!("{fault} ({d} links delayed)"),
+            },
             resolved(p, &chosen, &order, n),
         ))
     }
@@ -365,11 +402,15 @@ impl<N: Node> Cell<'_, N> {
             .node
             .cluster()
             .ok_or_else(|| CellError::Setup(NOT_A_CLUSTER.into()))?;
-        c.set_cuts(&[]).map_err(CellError::Setup)?;
+        let held = c.set_cuts(&[]).map_err(CellError::Setup)?;
+        let text = match held {
+            0 => "healed".to_string(),
+            n => format!("healed ({n} packets held on the delayed links)"),
+        };
         self.bus.emit(Event::FaultLifted {
-            fault: "partition healed".into(),
+            fault: format!("partition {text}"),
         });
-        Ok("healed".into())
+        Ok(text)
     }
 }
 

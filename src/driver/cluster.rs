@@ -286,7 +286,7 @@ impl Cluster for ClusterNode {
         })
     }
 
-    fn set_cuts(&mut self, cuts: &[Cut]) -> Result<(), String> {
+    fn set_cuts(&mut self, cuts: &[Cut]) -> Result<u64, String> {
         match &self.net {
             Some(n) => n.set_cuts(cuts),
             None => Err("the cluster's network is gone".into()),

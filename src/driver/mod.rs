@@ -157,8 +157,9 @@ pub trait Cluster: Send {
     fn leader(&mut self) -> Boxed<'_, Result<usize, String>>;
     /// Does `op` to member `m`; what happened, in words.
     fn act(&mut self, m: usize, op: MemberOp) -> Boxed<'_, Result<String, DriverError>>;
-    /// Puts exactly these cut links in force between the members.
-    fn set_cuts(&mut self, cuts: &[crate::net::netns::Cut]) -> Result<(), String>;
+    /// Puts exactly these cut (and delayed) links in force between the
+    /// members; how many packets the delays it lifted held.
+    fn set_cuts(&mut self, cuts: &[crate::net::netns::Cut]) -> Result<u64, String>;
     /// The member whose death [`Node::death`] told of last.
     fn last_dead(&self) -> Option<usize>;
 }

@@ -2,6 +2,7 @@
 //! ports nodes listen on ([`ports`]).
 //! The bottom layer: nothing of soak's below it.
 
+pub mod delay;
 pub mod http;
 pub mod netns;
 pub mod ports;

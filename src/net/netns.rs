@@ -17,7 +17,9 @@ use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+
+use super::delay::Delay;
 
 /// The first words of every namespace a run makes.
 pub const PREFIX: &str = "soak-";
@@ -35,6 +37,9 @@ pub struct Network {
     /// The first three bytes of the cell's /24.
     net: [u8; 3],
     members: Vec<MemberNet>,
+    /// The delayed links in force: the members whose namespaces have
+    /// rules that queue packets, and the threads that let them go.
+    delays: Mutex<(Vec<usize>, Vec<Delay>)>,
 }
 
 /// One member's namespace and address.
@@ -52,20 +57,29 @@ pub struct Cut {
     pub to: usize,
     /// 1.0: every packet; less: that share, at random.
     pub loss: f64,
+    /// What the link's packets are held for before they go, if anything.
+    pub hold: Option<super::delay::Hold>,
 }
 
 fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
+    ran(
+        Command::new("ip").args(args),
+        &format!("ip {}", args.join(" ")),
+        "a cluster's network needs iproute2 (`apt-get install iproute2`)",
+    )
+}
+
+/// Runs `c`: Ok if it exits 0, else what it said on stderr, under `what`.
+fn ran(c: &mut Command, what: &str, missing: &str) -> Result<(), String> {
+    let out = c
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("cannot run `ip` ({e}): a cluster's network needs iproute2 (`apt-get install iproute2`)"))?;
+        .map_err(|e| format!("cannot run `{what}` ({e}): {missing}"))?;
     if out.status.success() {
         Ok(())
     } else {
         Err(format!(
-            "`ip {}`: {}",
-            args.join(" "),
+            "`{what}`: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         ))
     }
@@ -167,6 +181,7 @@ impl Network {
             hub_file,
             net,
             members,
+            delays: Mutex::new((vec![], vec![])),
         })
     }
 
@@ -184,8 +199,10 @@ impl Network {
     }
 
     /// Puts exactly `cuts` in force (every earlier one lifted): each
-    /// member's namespace drops what comes to it over a cut link.
-    pub fn set_cuts(&self, cuts: &[Cut]) -> Result<(), String> {
+    /// member's namespace drops what comes to it over a cut link, and
+    /// holds what it sends over a delayed one. Returns how many packets
+    /// the delays it lifted held.
+    pub fn set_cuts(&self, cuts: &[Cut]) -> Result<u64, String> {
         for (i, m) in self.members.iter().enumerate() {
             let mut rules = String::new();
             for c in cuts.iter().filter(|c| c.to == i + 1) {
@@ -208,7 +225,72 @@ impl Network {
             );
             nft(&m.name, &script)?;
         }
-        Ok(())
+        self.set_delays(cuts)
+    }
+
+    /// Puts exactly the delays of `cuts` in force: a queue per delayed
+    /// link, bound by a thread of soak's ([`Delay`]), and a rule in the
+    /// sender's namespace that queues what goes to the receiver.
+    fn set_delays(&self, cuts: &[Cut]) -> Result<u64, String> {
+        let mut delays = self.delays.lock().unwrap();
+        for &m in &delays.0 {
+            iptables(&self.members[m - 1].name, &["-F", "OUTPUT"])?;
+        }
+        // Those still held go now.
+        let lifted = delays
+            .1
+            .drain(..)
+            .map(|d| {
+                let held = d.held.clone();
+                drop(d);
+                held.load(std::sync::atomic::Ordering::Relaxed)
+            })
+            .sum();
+        delays.0.clear();
+        for c in cuts {
+            let Some(hold) = c.hold else { continue };
+            let (Some(from), Some(to)) = (self.members.get(c.from - 1), self.members.get(c.to - 1))
+            else {
+                return Err(format!("no member {} or {}", c.from, c.to));
+            };
+            let queue = c.to as u16;
+            delays
+                .1
+                .push(Delay::start(&from.file, queue, hold).map_err(|e| {
+                    format!(
+                        "cannot delay what member {} sends to member {}: {e}",
+                        c.from, c.to
+                    )
+                })?);
+            if !delays.0.contains(&c.from) {
+                delays.0.push(c.from);
+            }
+            iptables(
+                &from.name,
+                &[
+                    "-A",
+                    "OUTPUT",
+                    "-d",
+                    &format!("{}/32", to.addr),
+                    "-j",
+                    "NFQUEUE",
+                    "--queue-num",
+                    &queue.to_string(),
+                    "--queue-bypass",
+                ],
+            )?;
+        }
+        Ok(lifted)
+    }
+
+    /// Packets held and let go so far on the delayed links in force.
+    pub fn held(&self) -> u64 {
+        let delays = self.delays.lock().unwrap();
+        delays
+            .1
+            .iter()
+            .map(|d| d.held.load(std::sync::atomic::Ordering::Relaxed))
+            .sum()
     }
 
     /// Removes the namespaces (their devices and rules go with them).
@@ -222,6 +304,11 @@ impl Network {
             *hub = None;
         }
         drop(hub);
+        // The threads that hold packets stop before their namespaces go.
+        if let Ok(mut d) = self.delays.lock() {
+            d.1.clear();
+            d.0.clear();
+        }
         for name in std::iter::once(&self.hub).chain(self.members.iter().map(|m| &m.name)) {
             remove(name);
         }
@@ -244,6 +331,19 @@ impl Drop for Made {
             remove(n);
         }
     }
+}
+
+/// Runs iptables on the mangle table inside namespace `name` (nftables'
+/// own `queue` statement is not in every kernel; iptables' NFQUEUE target
+/// is, through nft's compatibility layer).
+fn iptables(name: &str, args: &[&str]) -> Result<(), String> {
+    ran(
+        Command::new("ip")
+            .args(["netns", "exec", name, "iptables", "-w", "-t", "mangle"])
+            .args(args),
+        &format!("iptables -t mangle {}` in `{name}", args.join(" ")),
+        "slow links need iptables (`apt-get install iptables`)",
+    )
 }
 
 /// Runs nft's `script` inside namespace `name`.

@@ -281,10 +281,17 @@ pub enum Partition {
     Drop { from: Target, to: Target },
     /// A share of what goes between two members is lost, both ways.
     Loss { between: (usize, usize), rate: f64 },
+    /// What goes between two members is held `by` (give or take up to
+    /// `jitter`) before it goes, both ways: a slow link.
+    Delay {
+        between: (usize, usize),
+        by: Duration,
+        jitter: Duration,
+    },
 }
 
-pub const PARTITIONS: [&str; 7] = [
-    "isolate", "halves", "groups", "bridge", "ring", "drop", "loss",
+pub const PARTITIONS: [&str; 8] = [
+    "isolate", "halves", "groups", "bridge", "ring", "drop", "loss", "delay",
 ];
 
 impl Partition {
@@ -295,7 +302,9 @@ impl Partition {
             Partition::Isolate(t) => t.number().into_iter().collect(),
             Partition::Groups(g) => g.iter().flat_map(|(_, m)| m.clone()).collect(),
             Partition::Drop { from, to } => from.number().into_iter().chain(to.number()).collect(),
-            Partition::Loss { between, .. } => vec![between.0, between.1],
+            Partition::Loss { between, .. } | Partition::Delay { between, .. } => {
+                vec![between.0, between.1]
+            }
             _ => vec![],
         }
     }
@@ -332,6 +341,17 @@ impl fmt::Display for Partition {
                     between.0,
                     between.1
                 )
+            }
+            Partition::Delay {
+                between,
+                by,
+                jitter,
+            } => {
+                write!(f, "delay {}", crate::units::exact_duration(*by))?;
+                if !jitter.is_zero() {
+                    write!(f, " ±{}", crate::units::exact_duration(*jitter))?;
+                }
+                write!(f, " between {} and {}", between.0, between.1)
             }
         }
     }
@@ -372,6 +392,11 @@ impl Serialize for Partition {
                 )?;
                 m.end()
             }
+            Partition::Delay { .. } => {
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry("delay", &delay_fields(self))?;
+                m.end()
+            }
         }
     }
 }
@@ -382,15 +407,15 @@ impl<'de> Deserialize<'de> for Partition {
         impl<'de> Visitor<'de> for V {
             type Value = Partition;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a partition: halves, bridge, ring, or { isolate: leader }, { groups: { a: [1], b: [2, 3] } }, { drop: { from: 1, to: 2 } }, { loss: { between: [1, 2], rate: 20% } }")
+                f.write_str("a partition: halves, bridge, ring, or { isolate: leader }, { groups: { a: [1], b: [2, 3] } }, { drop: { from: 1, to: 2 } }, { loss: { between: [1, 2], rate: 20% } }, { delay: { between: [1, 2], by: 200ms, jitter: 20ms } }")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Partition, E> {
                 match v {
                     "halves" | "majority" | "minority" => Ok(Partition::Halves),
                     "bridge" => Ok(Partition::Bridge),
                     "ring" => Ok(Partition::Ring),
-                    "isolate" | "groups" | "drop" | "loss" => Err(E::custom(format!(
-                        "`partition: {v}` needs its members: write e.g. `partition: {{ isolate: leader }}`, `{{ groups: {{ a: [1], b: [2, 3] }} }}`, `{{ drop: {{ from: 1, to: 2 }} }}`, `{{ loss: {{ between: [1, 2], rate: 20% }} }}`"
+                    "isolate" | "groups" | "drop" | "loss" | "delay" => Err(E::custom(format!(
+                        "`partition: {v}` needs its members: write e.g. `partition: {{ isolate: leader }}`, `{{ groups: {{ a: [1], b: [2, 3] }} }}`, `{{ drop: {{ from: 1, to: 2 }} }}`, `{{ loss: {{ between: [1, 2], rate: 20% }} }}`, `{{ delay: {{ between: [1, 2], by: 200ms }} }}`"
                     ))),
                     other => Err(E::custom(format!(
                         "unknown partition `{other}`{}; partitions: {}",
@@ -419,27 +444,14 @@ impl<'de> Deserialize<'de> for Partition {
                             to: l.to,
                         }
                     }
-                    "loss" => {
-                        #[derive(Deserialize)]
-                        #[serde(deny_unknown_fields)]
-                        struct Lossy {
-                            between: (usize, usize),
-                            rate: super::values::Bound,
-                        }
-                        let l: Lossy = map.next_value()?;
-                        let rate = match l.rate {
-                            super::values::Bound::OfLimit(f) => f,
-                            super::values::Bound::Bytes(_) => {
-                                return Err(de::Error::custom(
-                                    "`rate` is a share of the packets, such as 20%",
-                                ))
-                            }
-                        };
-                        Partition::Loss {
-                            between: l.between,
-                            rate,
-                        }
-                    }
+                    "loss" => map
+                        .next_value::<Lossy>()?
+                        .partition()
+                        .map_err(de::Error::custom)?,
+                    "delay" => map
+                        .next_value::<Slow>()?
+                        .partition()
+                        .map_err(de::Error::custom)?,
                     other => {
                         return Err(de::Error::custom(format!(
                             "unknown partition `{other}`{}; partitions: {}",
@@ -603,6 +615,14 @@ impl Partition {
                 o.insert("loss".into(), Value::Mapping(m));
                 Value::Mapping(o)
             }
+            Partition::Delay { .. } => {
+                let mut o = Mapping::new();
+                o.insert(
+                    "delay".into(),
+                    serde_norway::to_value(delay_fields(self)).unwrap_or(Value::Null),
+                );
+                Value::Mapping(o)
+            }
             Partition::Drop { from, to } => {
                 let mut m = Mapping::new();
                 m.insert("from".into(), target_value(*from));
@@ -622,6 +642,75 @@ impl Partition {
         outer.insert("partition".into(), inner);
         Value::Mapping(outer)
     }
+}
+
+/// `partition: { loss: { between: [1, 2], rate: 20% } }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Lossy {
+    between: (usize, usize),
+    rate: super::values::Bound,
+}
+
+impl Lossy {
+    fn partition(self) -> Result<Partition, &'static str> {
+        match self.rate {
+            super::values::Bound::OfLimit(rate) => Ok(Partition::Loss {
+                between: self.between,
+                rate,
+            }),
+            super::values::Bound::Bytes(_) => Err("`rate` is a share of the packets, such as 20%"),
+        }
+    }
+}
+
+/// `partition: { delay: { between: [1, 2], by: 200ms, jitter: 20ms } }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Slow {
+    between: (usize, usize),
+    by: Dur,
+    #[serde(default)]
+    jitter: Option<Dur>,
+}
+
+impl Slow {
+    fn partition(self) -> Result<Partition, &'static str> {
+        let jitter = self.jitter.map(|j| j.0).unwrap_or_default();
+        if self.by.0.is_zero() || self.by.0 > Duration::from_secs(60) {
+            return Err(
+                "`by` is how long each packet is held: more than 0 and at most 60s, such as 200ms",
+            );
+        }
+        if jitter > self.by.0 {
+            return Err("`jitter` is at most `by` (a packet is never sent before it was queued)");
+        }
+        Ok(Partition::Delay {
+            between: self.between,
+            by: self.by.0,
+            jitter,
+        })
+    }
+}
+
+/// A delay's fields as a suite writes them.
+fn delay_fields(p: &Partition) -> serde_json::Value {
+    let Partition::Delay {
+        between,
+        by,
+        jitter,
+    } = p
+    else {
+        return serde_json::Value::Null;
+    };
+    let mut v = serde_json::json!({
+        "between": [between.0, between.1],
+        "by": crate::units::exact_duration(*by),
+    });
+    if !jitter.is_zero() {
+        v["jitter"] = crate::units::exact_duration(*jitter).into();
+    }
+    v
 }
 
 /// The variables a member's templates see besides the cell's: `MEMBER`

@@ -315,6 +315,11 @@ mod tests {
                 between: (1, 2),
                 rate: 0.25,
             }),
+            Phase::Partition(Partition::Delay {
+                between: (1, 3),
+                by: Duration::from_millis(200),
+                jitter: Duration::from_millis(20),
+            }),
             Phase::Heal,
             Phase::Chaos(ChaosSpec {
                 during: ms(10_000),

@@ -183,7 +183,7 @@ manual!(Phase, "Phase", |g| {
     let kill_member = on_member(serde_json::json!({ "member": member, "signal": sig }));
     let pause_member = on_member(serde_json::json!({ "member": member, "for": dur }));
     let partition = serde_json::json!({
-        "description": "the members cut apart (the partition before lifted): halves, bridge, ring, or { isolate: leader }, { groups: { a: [1], b: [2, 3] } }, { drop: { from: 1, to: 2 } }, { loss: { between: [1, 2], rate: 20% } }",
+        "description": "the members cut apart (the partition before lifted): halves, bridge, ring, or { isolate: leader }, { groups: { a: [1], b: [2, 3] } }, { drop: { from: 1, to: 2 } }, { loss: { between: [1, 2], rate: 20% } }, { delay: { between: [1, 2], by: 200ms, jitter: 20ms } }",
         "anyOf": [
             { "enum": ["halves", "bridge", "ring"] },
             { "type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": false, "properties": {
@@ -192,7 +192,9 @@ manual!(Phase, "Phase", |g| {
                                       { "type": "array", "items": { "type": "array", "items": { "type": "integer", "minimum": 1 } } }] },
                 "drop": { "type": "object", "additionalProperties": false, "required": ["from", "to"], "properties": { "from": member, "to": member } },
                 "loss": { "type": "object", "additionalProperties": false, "required": ["between", "rate"],
-                          "properties": { "between": { "type": "array", "items": { "type": "integer", "minimum": 1 }, "minItems": 2, "maxItems": 2 }, "rate": { "type": "string" } } }
+                          "properties": { "between": { "type": "array", "items": { "type": "integer", "minimum": 1 }, "minItems": 2, "maxItems": 2 }, "rate": { "type": "string" } } },
+                "delay": { "type": "object", "additionalProperties": false, "required": ["between", "by"],
+                           "properties": { "between": { "type": "array", "items": { "type": "integer", "minimum": 1 }, "minItems": 2, "maxItems": 2 }, "by": dur, "jitter": dur } }
             } }
         ]
     });

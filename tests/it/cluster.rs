@@ -255,6 +255,27 @@ fn etcd_linearizable_reads_pass_and_serializable_reads_are_found_stale() {
     }
     let e = ser.expectation.as_ref().unwrap();
     assert!(e.met && e.incident, "{e:?}");
+    // The slow link was in force, and held the members' packets.
+    let events = std::fs::read_to_string(
+        run.report_dir
+            .as_ref()
+            .unwrap()
+            .join(&lin.files["events.jsonl"]),
+    )
+    .unwrap();
+    assert!(
+        events.contains("partition delay 100ms ±20ms between 1 and 2 (2 links delayed)"),
+        "the delay is named"
+    );
+    let held = regex::Regex::new(r"healed \((\d+) packets held on the delayed links\)")
+        .unwrap()
+        .captures(&events)
+        .map(|c| c[1].parse::<u64>().unwrap())
+        .expect("the heal counts the packets held");
+    assert!(
+        held > 10,
+        "raft's heartbeats went over the slow link: {held}"
+    );
     // Porcupine on the same histories.
     let (_, bin) = porcupine();
     let dir = tempfile::tempdir().unwrap();
@@ -303,6 +324,16 @@ fn cluster_mistakes_are_refused_at_their_line() {
             "partition: { isolate: 3 }",
             "partition: { groups: { a: [1], b: [2, 5] } }",
             "no member 5",
+        ),
+        (
+            "partition: { isolate: 3 }",
+            "partition: { delay: { between: [1, 4], by: 100ms } }",
+            "no member 4",
+        ),
+        (
+            "partition: { isolate: 3 }",
+            "partition: { delay: { between: [1, 2], by: 100ms, jitter: 1s } }",
+            "`jitter` is at most `by`",
         ),
         (
             "kill: { member: 2 }",
@@ -469,4 +500,108 @@ fn a_partitioned_redis_primary_loses_what_it_acknowledged_alone() {
         one.integrity.lost,
         none.integrity.lost
     );
+}
+
+/// Round trips (connect, a byte there and back) from namespace `from` to
+/// `addr:7000`, the median of five, in milliseconds; it waits for the
+/// listener first.
+fn round_trip_ms(from: &str, addr: &str) -> f64 {
+    let code = format!(
+        r#"
+import socket, time
+def once():
+    t = time.monotonic()
+    c = socket.create_connection(("{addr}", 7000), timeout=10)
+    c.sendall(b"x"); c.recv(1); c.close()
+    return (time.monotonic() - t) * 1000
+deadline = time.monotonic() + 20
+while True:
+    try:
+        once(); break
+    except OSError:
+        if time.monotonic() > deadline: raise
+        time.sleep(0.05)
+print(sorted(once() for _ in range(5))[2])
+"#
+    );
+    let out = Command::new("ip")
+        .args(["netns", "exec", from, "python3", "-c", &code])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// `partition: { delay: ... }` as the network does it: what member 1 and
+/// member 2 send each other is held for the delay (each way, so a round
+/// trip of connect and a byte costs four of them); member 3 is as near as
+/// before; lifting it takes the delay away. Real namespaces, real packets
+/// through netfilter's queue.
+#[test]
+fn a_delayed_link_holds_its_packets_and_no_other() {
+    use soak::net::delay::Hold;
+    use soak::net::netns::{free_net, Cut, Network};
+    require_tool("iptables", "iptables");
+    let run = format!("delaytest{}", std::process::id());
+    let net = Network::create(&run, 0, 3, free_net()).unwrap();
+    let m: Vec<(String, String)> = net
+        .members()
+        .iter()
+        .map(|m| (m.name.clone(), m.addr.to_string()))
+        .collect();
+    let echo = |i: usize| {
+        Command::new("ip")
+            .args(["netns", "exec", &m[i].0, "python3", "-c"])
+            .arg(format!(
+                "import socket\ns = socket.create_server(('{}', 7000))\nwhile True:\n    c, _ = s.accept(); c.sendall(c.recv(1)); c.close()",
+                m[i].1
+            ))
+            .spawn()
+            .unwrap()
+    };
+    let mut servers = [echo(1), echo(2)];
+    let before = round_trip_ms(&m[0].0, &m[1].1);
+    let hold = Some(Hold {
+        by: std::time::Duration::from_millis(150),
+        jitter: std::time::Duration::ZERO,
+    });
+    net.set_cuts(&[
+        Cut {
+            from: 1,
+            to: 2,
+            loss: 0.0,
+            hold,
+        },
+        Cut {
+            from: 2,
+            to: 1,
+            loss: 0.0,
+            hold,
+        },
+    ])
+    .unwrap();
+    let delayed = round_trip_ms(&m[0].0, &m[1].1);
+    let other = round_trip_ms(&m[0].0, &m[2].1);
+    let held = net.held();
+    net.set_cuts(&[]).unwrap();
+    let after = round_trip_ms(&m[0].0, &m[1].1);
+    for s in &mut servers {
+        s.kill().unwrap();
+        s.wait().unwrap();
+    }
+    drop(net);
+    assert!(namespaces_of(&run).is_empty(), "the namespaces are gone");
+    eprintln!("round trip 1->2: {before:.2} ms, delayed {delayed:.1} ms ({held} packets held), 1->3 {other:.2} ms, healed {after:.2} ms");
+    // A round trip: SYN, SYN-ACK, the byte, its echo: four packets held.
+    assert!(
+        delayed >= 4.0 * 150.0,
+        "delayed {delayed} ms (before {before} ms)"
+    );
+    assert!(held >= 4, "{held} packets held");
+    assert!(other < 150.0, "member 3 is not delayed: {other} ms");
+    assert!(after < 150.0, "healed: {after} ms");
 }
