@@ -180,6 +180,8 @@ pub struct MemberPlan {
     /// Its Prometheus endpoint, rendered for it.
     pub scrape: Option<String>,
     pub cgroup_name: String,
+    /// Each version (`upgrade: { to: v2, member: 2 }`), rendered for it.
+    pub versions: BTreeMap<String, Launch>,
 }
 
 /// Member `i`'s address in `net`.
@@ -282,8 +284,13 @@ fn cluster_plan(
                 .filter(|(k, _)| !suite.node.env.contains_key(k))
                 .cloned(),
         );
-        let spec = Spec {
+        let base = Launch {
             argv: r.argv("node.command", &suite.node.command)?,
+            env: env.clone(),
+            image: None,
+        };
+        let spec = Spec {
+            argv: base.argv.clone(),
             env,
             probe: probe(&suite.node.ready, "node.ready", &r)?,
             log: mdir.join("node.log"),
@@ -294,6 +301,7 @@ fn cluster_plan(
             _ => None,
         };
         members.push(MemberPlan {
+            versions: versions(suite, &base, &r)?,
             spec,
             data_dir: mdir.join("data"),
             dir: mdir,

@@ -216,7 +216,7 @@ impl<N: Node> Cell<'_, N> {
     pub(super) async fn member_phase(&mut self, p: &MemberPhase) -> Result<String, CellError> {
         let members = self.resolve(p.member).await?;
         let mut said = Vec::new();
-        match p.verb {
+        match &p.verb {
             Verb::Kill(sig) => {
                 for &m in &members {
                     said.push(self.member_op(m, MemberOp::Kill(sig.0), "kill").await?);
@@ -238,7 +238,18 @@ impl<N: Node> Cell<'_, N> {
                     said.push(self.member_op(m, MemberOp::Start, "start").await?);
                 }
             }
-            Verb::Pause(d) => return self.pause_members(&members, d).await,
+            Verb::Pause(d) => return self.pause_members(&members, *d).await,
+            // One member at a time, each ready before the next.
+            Verb::Upgrade(v) => {
+                for &m in &members {
+                    said.push(self.member_op(m, MemberOp::Stop, "stop").await?);
+                    said.push(
+                        self.member_op(m, MemberOp::Use(v.clone()), "upgrade")
+                            .await?,
+                    );
+                    said.push(self.member_op(m, MemberOp::Start, "start").await?);
+                }
+            }
         }
         Ok(said.join("; "))
     }
@@ -252,7 +263,7 @@ impl<N: Node> Cell<'_, N> {
             .cluster()
             .ok_or_else(|| CellError::Setup(NOT_A_CLUSTER.into()))?;
         let up = c.is_up(m);
-        let text = match (op, up) {
+        let text = match (&op, up) {
             (MemberOp::Start, true) => "already running".to_string(),
             (MemberOp::Kill(_) | MemberOp::Stop, false) => "not running".to_string(),
             _ => c.act(m, op).await?,
@@ -320,7 +331,7 @@ impl<N: Node> Cell<'_, N> {
                     member: Target::One(n),
                 })
             };
-            match m.verb {
+            match m.verb.clone() {
                 Verb::Kill(sig) => {
                     self.member_op(n, MemberOp::Kill(sig.0), "kill").await?;
                     self.member_op(n, MemberOp::Start, "start").await?;
@@ -332,7 +343,7 @@ impl<N: Node> Cell<'_, N> {
                 }
                 verb => {
                     self.member_phase(&MemberPhase {
-                        verb,
+                        verb: verb.clone(),
                         member: Target::One(n),
                     })
                     .await?;

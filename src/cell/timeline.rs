@@ -162,7 +162,7 @@ pub fn as_phases(
         ChaosAction::Restart => vec![Phase::Restart],
         ChaosAction::Network(n) => vec![Phase::Network(*n)],
         ChaosAction::Disk(d) => vec![Phase::Disk(d.clone())],
-        ChaosAction::Member(m) => vec![Phase::Member(*m)],
+        ChaosAction::Member(m) => vec![Phase::Member(m.clone())],
         ChaosAction::Partition(p) => vec![Phase::Partition(p.clone())],
         ChaosAction::Heal => vec![Phase::Heal],
     };

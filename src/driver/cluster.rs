@@ -21,6 +21,8 @@ pub struct ClusterNode {
     leader: Vec<Vec<String>>,
     leader_timeout: Duration,
     dead: Option<usize>,
+    /// Per member, its versions rendered for it (`upgrade` of a member).
+    pub versions: Vec<std::collections::BTreeMap<String, Launch>>,
 }
 
 impl ClusterNode {
@@ -36,6 +38,7 @@ impl ClusterNode {
             leader,
             leader_timeout,
             dead: None,
+            versions: vec![],
         }
     }
 }
@@ -269,6 +272,7 @@ impl Cluster for ClusterNode {
 
     fn act(&mut self, m: usize, op: MemberOp) -> Boxed<'_, Result<String, DriverError>> {
         Box::pin(async move {
+            let versions = &self.versions;
             let node = self
                 .members
                 .get_mut(m - 1)
@@ -282,6 +286,17 @@ impl Cluster for ClusterNode {
                 }
                 MemberOp::Pause => node.signal(Signal::SIGSTOP).map(|_| "SIGSTOP".into()),
                 MemberOp::Resume => node.signal(Signal::SIGCONT).map(|_| "SIGCONT".into()),
+                MemberOp::Use(v) => {
+                    let launch =
+                        versions
+                            .get(m - 1)
+                            .and_then(|vs| vs.get(&v))
+                            .ok_or_else(|| {
+                                DriverError::Io(format!("member {m} has no version `{v}`"))
+                            })?;
+                    node.use_version(launch);
+                    Ok(format!("runs `{v}` from its next start"))
+                }
             }
         })
     }

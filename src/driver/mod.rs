@@ -136,13 +136,15 @@ pub trait Node: Send {
 }
 
 /// What soak does to one member of a cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MemberOp {
     Kill(Signal),
     Stop,
     Start,
     Pause,
     Resume,
+    /// The member's next start runs this version (`versions:`).
+    Use(String),
 }
 
 pub type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

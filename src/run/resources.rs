@@ -291,7 +291,8 @@ fn prepare_cluster(
         members.push(ProcessNode::new(spec, cg));
     }
     let leader = c.members.iter().filter_map(|m| m.leader.clone()).collect();
-    let node = crate::driver::cluster::ClusterNode::new(members, net, leader, c.leader_timeout);
+    let mut node = crate::driver::cluster::ClusterNode::new(members, net, leader, c.leader_timeout);
+    node.versions = c.members.iter().map(|m| m.versions.clone()).collect();
     Ok((AnyNode::Cluster(node), view))
 }
 

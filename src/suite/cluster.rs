@@ -174,7 +174,7 @@ impl<'de> Deserialize<'de> for Target {
 }
 
 /// What a member phase does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verb {
     Kill(Sig),
@@ -182,6 +182,10 @@ pub enum Verb {
     Start,
     Restart,
     Pause(#[serde(serialize_with = "secs")] Duration),
+    /// A graceful stop, the version's command (rendered for the member),
+    /// a start; with several members, one at a time, each ready before
+    /// the next (a rolling upgrade).
+    Upgrade(String),
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -190,7 +194,7 @@ fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 
 /// `- kill: { member: leader }`, `- stop: { member: 2 }`, `- start: {
 /// member: 2 }`, `- pause: { member: random, for: 5s }`
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MemberPhase {
     pub verb: Verb,
     pub member: Target,
@@ -198,7 +202,7 @@ pub struct MemberPhase {
 
 impl MemberPhase {
     /// Reads the map after `word` (`kill`, `stop`, `start`, `restart`,
-    /// `pause`).
+    /// `pause`, `upgrade`).
     pub fn from_map<'de, A: MapAccess<'de>>(word: &str, map: A) -> Result<MemberPhase, A::Error> {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
@@ -207,6 +211,7 @@ impl MemberPhase {
             signal: Option<Sig>,
             #[serde(rename = "for")]
             for_: Option<Dur>,
+            to: Option<String>,
         }
         let r = Raw::deserialize(de::value::MapAccessDeserializer::new(map))?;
         let verb = match word {
@@ -219,8 +224,19 @@ impl MemberPhase {
             },
             "stop" => Verb::Stop,
             "start" => Verb::Start,
+            "upgrade" => match &r.to {
+                Some(v) => Verb::Upgrade(v.clone()),
+                None => return Err(de::Error::custom(
+                    "a member's upgrade needs its version: write `- upgrade: { to: v2, member: 2 }` (`member: all` upgrades one member at a time)",
+                )),
+            },
             _ => Verb::Restart,
         };
+        if r.to.is_some() && word != "upgrade" {
+            return Err(de::Error::custom(format!(
+                "`to` is for `upgrade`, not `{word}`"
+            )));
+        }
         if r.signal.is_some() && word != "kill" {
             return Err(de::Error::custom(format!(
                 "`signal` is for `kill`, not `{word}`"
@@ -244,19 +260,21 @@ impl MemberPhase {
             Verb::Start => "start",
             Verb::Restart => "restart",
             Verb::Pause(_) => "pause",
+            Verb::Upgrade(_) => "upgrade",
         }
     }
 }
 
 impl fmt::Display for MemberPhase {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        match self.verb {
+        match &self.verb {
             Verb::Kill(s) => write!(f, "kill member {} ({s})", self.member),
+            Verb::Upgrade(v) => write!(f, "upgrade member {} to {v}", self.member),
             Verb::Pause(d) => write!(
                 f,
                 "pause member {} for {}",
                 self.member,
-                crate::units::human_duration(d)
+                crate::units::human_duration(*d)
             ),
             _ => write!(f, "{} member {}", self.word(), self.member),
         }
@@ -584,12 +602,18 @@ impl MemberPhase {
         use serde_norway::{Mapping, Value};
         let mut m = Mapping::new();
         m.insert("member".into(), target_value(self.member));
-        match self.verb {
+        match &self.verb {
             Verb::Kill(s) => {
                 m.insert("signal".into(), Value::String(s.to_string()));
             }
             Verb::Pause(d) => {
-                m.insert("for".into(), Value::String(crate::units::exact_duration(d)));
+                m.insert(
+                    "for".into(),
+                    Value::String(crate::units::exact_duration(*d)),
+                );
+            }
+            Verb::Upgrade(v) => {
+                m.insert("to".into(), Value::String(v.clone()));
             }
             _ => {}
         }
@@ -781,7 +805,7 @@ pub fn phase_problem(suite: &super::Suite, p: &super::Phase) -> Option<String> {
     // A chaos schedule's cluster actions, as the phases they are.
     if let Phase::Chaos(c) = p {
         return c.actions.iter().find_map(|a| match a {
-            ChaosAction::Member(m) => phase_problem(suite, &Phase::Member(*m)),
+            ChaosAction::Member(m) => phase_problem(suite, &Phase::Member(m.clone())),
             ChaosAction::Partition(x) => phase_problem(suite, &Phase::Partition(x.clone())),
             _ => None,
         });
@@ -799,7 +823,7 @@ pub fn phase_problem(suite: &super::Suite, p: &super::Phase) -> Option<String> {
         Phase::Member(m) => m.member.number().into_iter().collect(),
         Phase::Partition(x) => x.named(),
         Phase::Upgrade(_) | Phase::Downgrade(_) => {
-            return Some(format!("`{}` of a cluster is not done yet (each member's command is rendered for it, and a rolling upgrade is its own phase)", p.word()))
+            return Some(format!("`{}` acts on the one node; a cluster's members change version one at a time: write `- upgrade: {{ to: VERSION, member: all }}` (or `member: 2`; `to: node` goes back to the node as it started)", p.word()))
         }
         _ => vec![],
     };

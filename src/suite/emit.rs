@@ -291,6 +291,10 @@ mod tests {
                 member: Target::All,
             }),
             Phase::Member(MemberPhase {
+                verb: Verb::Upgrade("v2".into()),
+                member: Target::All,
+            }),
+            Phase::Member(MemberPhase {
                 verb: Verb::Stop,
                 member: Target::Random,
             }),

@@ -907,9 +907,12 @@ impl Suite {
                     path,
                     "`verify: offline` opens the node's data directory, and the node is running here: add `- stop` before it".into(),
                 )),
-                Phase::Upgrade(v) | Phase::Downgrade(v)
-                    if v != BASE_VERSION && !self.versions.contains_key(v) =>
-                {
+                Phase::Upgrade(v)
+                | Phase::Downgrade(v)
+                | Phase::Member(cluster::MemberPhase {
+                    verb: cluster::Verb::Upgrade(v),
+                    ..
+                }) if v != BASE_VERSION && !self.versions.contains_key(v) => {
                     let known: Vec<&str> = self.versions.keys().map(String::as_str).collect();
                     out.push((
                         format!("{path}.{word}"),

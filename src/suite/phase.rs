@@ -762,6 +762,10 @@ fn member_word<'de, A: MapAccess<'de>>(word: &str, map: &mut A) -> Result<Phase,
             Either::Plain(d) => Phase::Pause(d.0),
             Either::Member(m) => Phase::Member(m),
         },
+        "upgrade" => match map.next_value_seed(MemberOr::<String>("upgrade", PhantomData))? {
+            Either::Plain(v) => Phase::Upgrade(v),
+            Either::Member(m) => Phase::Member(m),
+        },
         "partition" => Phase::Partition(map.next_value()?),
         "heal" => return Err(de::Error::custom("`heal` takes no value: write `- heal`")),
         w => {
@@ -821,16 +825,13 @@ impl<'de> Deserialize<'de> for Phase {
                     ));
                 };
                 let phase = match key.as_str() {
-                    w
-                    @ ("kill" | "pause" | "start" | "stop" | "restart" | "partition" | "heal") => {
-                        member_word(w, &mut map)?
-                    }
+                    w @ ("kill" | "pause" | "start" | "stop" | "restart" | "partition" | "heal"
+                    | "upgrade") => member_word(w, &mut map)?,
                     "run" => Phase::Run(map.next_value::<RunFor>()?),
                     "wait" => Phase::Wait(map.next_value::<Dur>()?.0),
                     "limit" => Phase::Limit(map.next_value::<Size>()?),
                     "exec" => Phase::Exec(map.next_value::<ExecSpec>()?),
                     "chaos" => Phase::Chaos(map.next_value::<ChaosSpec>()?),
-                    "upgrade" => Phase::Upgrade(map.next_value::<String>()?),
                     "downgrade" => Phase::Downgrade(map.next_value::<String>()?),
                     "network" => Phase::Network(map.next_value::<NetworkSpec>()?),
                     "service" => Phase::Service(map.next_value::<ServicePhase>()?),
