@@ -145,7 +145,7 @@ fn allocators(lines: &mut Vec<Line>) {
 }
 
 fn tools(lines: &mut Vec<Line>) {
-    let groups: [(&str, &[&str], &str, &str); 3] = [
+    let groups: [(&str, &[&str], &str, &str); 4] = [
         (
             "RocksDB tools",
             &["ldb", "sst_dump", "db_bench"],
@@ -157,6 +157,12 @@ fn tools(lines: &mut Vec<Line>) {
             &["redis-server", "redis-cli", "redis-benchmark"],
             "redis-server redis-tools",
             "redis-durability and exec phases",
+        ),
+        (
+            "cluster network",
+            &["ip", "nft", "iptables"],
+            "iproute2 nftables iptables",
+            "clusters: the members' namespaces, partitions and slow links",
         ),
         (
             "Python 3",
