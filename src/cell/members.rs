@@ -24,22 +24,6 @@ const NOT_A_CLUSTER: &str =
 /// The links a partition cuts among members `1..=n`, for a chosen leader
 /// and an order drawn from the seed (`order`: the members shuffled).
 pub fn cuts(p: &Partition, n: usize, chosen: &[usize], order: &[usize]) -> Vec<Cut> {
-    let both = |a: usize, b: usize| {
-        [
-            Cut {
-                from: a,
-                to: b,
-                loss: 1.0,
-                hold: None,
-            },
-            Cut {
-                from: b,
-                to: a,
-                loss: 1.0,
-                hold: None,
-            },
-        ]
-    };
     let mut out = Vec::new();
     // Every pair of members in different sides, both ways.
     let split = |sides: &[BTreeSet<usize>], out: &mut Vec<Cut>| {
@@ -47,7 +31,7 @@ pub fn cuts(p: &Partition, n: usize, chosen: &[usize], order: &[usize]) -> Vec<C
             for b in (a + 1)..=n {
                 let side = |m: usize| sides.iter().position(|s| s.contains(&m));
                 if side(a) != side(b) {
-                    out.extend(both(a, b));
+                    out.extend(Cut::both_ways(a, b, 1.0, None));
                 }
             }
         }
@@ -95,61 +79,29 @@ pub fn cuts(p: &Partition, n: usize, chosen: &[usize], order: &[usize]) -> Vec<C
                 });
             }
         }
-        Partition::Delay { .. } | Partition::Loss { .. } => slow_or_lossy(p, &mut out),
-    }
-    out
-}
-
-/// A slow or lossy link, both ways.
-fn slow_or_lossy(p: &Partition, out: &mut Vec<Cut>) {
-    match p {
+        Partition::Loss { between, rate } => {
+            out.extend(Cut::both_ways(between.0, between.1, *rate, None))
+        }
         Partition::Delay {
             between,
             by,
             jitter,
         } => {
-            for (a, b) in [(between.0, between.1), (between.1, between.0)] {
-                out.push(Cut {
-                    from: a,
-                    to: b,
-                    loss: 0.0,
-                    hold: Some(crate::net::delay::Hold {
-                        by: *by,
-                        jitter: *jitter,
-                    }),
-                });
-            }
+            let hold = crate::net::delay::Hold {
+                by: *by,
+                jitter: *jitter,
+            };
+            out.extend(Cut::both_ways(between.0, between.1, 0.0, Some(hold)))
         }
-        Partition::Loss { between, rate } => {
-            for (a, b) in [(between.0, between.1), (between.1, between.0)] {
-                out.push(Cut {
-                    from: a,
-                    to: b,
-                    loss: *rate,
-                    hold: None,
-                });
-            }
-        }
-        _ => {}
     }
+    out
 }
 
 /// Two halves, each hearing the member in the middle (`order[n / 2]`).
 fn bridge(n: usize, order: &[usize], out: &mut Vec<Cut>) {
     for &a in &order[..n / 2] {
         for &b in &order[n / 2 + 1..] {
-            out.push(Cut {
-                from: a,
-                to: b,
-                loss: 1.0,
-                hold: None,
-            });
-            out.push(Cut {
-                from: b,
-                to: a,
-                loss: 1.0,
-                hold: None,
-            });
+            out.extend(Cut::both_ways(a, b, 1.0, None));
         }
     }
 }
@@ -161,18 +113,7 @@ fn ring(n: usize, order: &[usize], out: &mut Vec<Cut>) {
         for b in (a + 1)..=n {
             let d = place(a).abs_diff(place(b));
             if d != 1 && d != n - 1 {
-                out.push(Cut {
-                    from: a,
-                    to: b,
-                    loss: 1.0,
-                    hold: None,
-                });
-                out.push(Cut {
-                    from: b,
-                    to: a,
-                    loss: 1.0,
-                    hold: None,
-                });
+                out.extend(Cut::both_ways(a, b, 1.0, None));
             }
         }
     }
@@ -331,23 +272,23 @@ impl<N: Node> Cell<'_, N> {
                     member: Target::One(n),
                 })
             };
-            match m.verb.clone() {
-                Verb::Kill(sig) => {
+            match &m.verb {
+                &Verb::Kill(sig) => {
                     self.member_op(n, MemberOp::Kill(sig.0), "kill").await?;
                     self.member_op(n, MemberOp::Start, "start").await?;
                     ran.extend([one(Verb::Kill(sig)), one(Verb::Start)]);
                 }
-                Verb::Pause(d) => {
+                &Verb::Pause(d) => {
                     self.pause_members(&[n], d).await?;
                     ran.push(one(Verb::Pause(d)));
                 }
                 verb => {
-                    self.member_phase(&MemberPhase {
+                    let phase = MemberPhase {
                         verb: verb.clone(),
                         member: Target::One(n),
-                    })
-                    .await?;
-                    ran.push(one(verb));
+                    };
+                    self.member_phase(&phase).await?;
+                    ran.push(Phase::Member(phase));
                 }
             }
         }

@@ -22,7 +22,7 @@ pub struct ClusterNode {
     leader_timeout: Duration,
     dead: Option<usize>,
     /// Per member, its versions rendered for it (`upgrade` of a member).
-    pub versions: Vec<std::collections::BTreeMap<String, Launch>>,
+    versions: Vec<std::collections::BTreeMap<String, Launch>>,
 }
 
 impl ClusterNode {
@@ -31,6 +31,7 @@ impl ClusterNode {
         net: Network,
         leader: Vec<Vec<String>>,
         leader_timeout: Duration,
+        versions: Vec<std::collections::BTreeMap<String, Launch>>,
     ) -> ClusterNode {
         ClusterNode {
             members,
@@ -38,7 +39,7 @@ impl ClusterNode {
             leader,
             leader_timeout,
             dead: None,
-            versions: vec![],
+            versions,
         }
     }
 }

@@ -37,9 +37,10 @@ pub struct Network {
     /// The first three bytes of the cell's /24.
     net: [u8; 3],
     members: Vec<MemberNet>,
-    /// The delayed links in force: the members whose namespaces have
-    /// rules that queue packets, and the threads that let them go.
-    delays: Mutex<(Vec<usize>, Vec<Delay>)>,
+    /// The delayed links in force: each one's sender (whose namespace
+    /// has the rule that queues its packets) and the thread that lets
+    /// them go.
+    delays: Mutex<Vec<(usize, Delay)>>,
 }
 
 /// One member's namespace and address.
@@ -59,6 +60,27 @@ pub struct Cut {
     pub loss: f64,
     /// What the link's packets are held for before they go, if anything.
     pub hold: Option<super::delay::Hold>,
+}
+
+impl Cut {
+    /// The link `a` -> `b` and `b` -> `a`, each losing `loss` of its
+    /// packets and holding the rest for `hold`.
+    pub fn both_ways(a: usize, b: usize, loss: f64, hold: Option<super::delay::Hold>) -> [Cut; 2] {
+        [
+            Cut {
+                from: a,
+                to: b,
+                loss,
+                hold,
+            },
+            Cut {
+                from: b,
+                to: a,
+                loss,
+                hold,
+            },
+        ]
+    }
 }
 
 fn ip(args: &[&str]) -> Result<(), String> {
@@ -181,7 +203,7 @@ impl Network {
             hub_file,
             net,
             members,
-            delays: Mutex::new((vec![], vec![])),
+            delays: Mutex::new(vec![]),
         })
     }
 
@@ -233,20 +255,21 @@ impl Network {
     /// sender's namespace that queues what goes to the receiver.
     fn set_delays(&self, cuts: &[Cut]) -> Result<u64, String> {
         let mut delays = self.delays.lock().unwrap();
-        for &m in &delays.0 {
+        let mut senders: Vec<usize> = delays.iter().map(|d| d.0).collect();
+        senders.sort_unstable();
+        senders.dedup();
+        for m in senders {
             iptables(&self.members[m - 1].name, &["-F", "OUTPUT"])?;
         }
         // Those still held go now.
         let lifted = delays
-            .1
             .drain(..)
-            .map(|d| {
+            .map(|(_, d)| {
                 let held = d.held.clone();
                 drop(d);
                 held.load(std::sync::atomic::Ordering::Relaxed)
             })
             .sum();
-        delays.0.clear();
         for c in cuts {
             let Some(hold) = c.hold else { continue };
             let (Some(from), Some(to)) = (self.members.get(c.from - 1), self.members.get(c.to - 1))
@@ -254,17 +277,13 @@ impl Network {
                 return Err(format!("no member {} or {}", c.from, c.to));
             };
             let queue = c.to as u16;
-            delays
-                .1
-                .push(Delay::start(&from.file, queue, hold).map_err(|e| {
-                    format!(
-                        "cannot delay what member {} sends to member {}: {e}",
-                        c.from, c.to
-                    )
-                })?);
-            if !delays.0.contains(&c.from) {
-                delays.0.push(c.from);
-            }
+            let delay = Delay::start(&from.file, queue, hold).map_err(|e| {
+                format!(
+                    "cannot delay what member {} sends to member {}: {e}",
+                    c.from, c.to
+                )
+            })?;
+            delays.push((c.from, delay));
             iptables(
                 &from.name,
                 &[
@@ -283,16 +302,6 @@ impl Network {
         Ok(lifted)
     }
 
-    /// Packets held and let go so far on the delayed links in force.
-    pub fn held(&self) -> u64 {
-        let delays = self.delays.lock().unwrap();
-        delays
-            .1
-            .iter()
-            .map(|d| d.held.load(std::sync::atomic::Ordering::Relaxed))
-            .sum()
-    }
-
     /// Removes the namespaces (their devices and rules go with them).
     /// Idempotent.
     pub fn teardown(&mut self) {
@@ -306,8 +315,7 @@ impl Network {
         drop(hub);
         // The threads that hold packets stop before their namespaces go.
         if let Ok(mut d) = self.delays.lock() {
-            d.1.clear();
-            d.0.clear();
+            d.clear();
         }
         for name in std::iter::once(&self.hub).chain(self.members.iter().map(|m| &m.name)) {
             remove(name);

@@ -108,10 +108,12 @@ impl Dashboard {
     }
 
     pub fn cell_done(&self, result: &CellResult) {
+        // Its files are read outside the lock the pages' messages wait on.
+        let dir = self.shared.lock().expect("dashboard lock").dir.clone();
+        let data = html::data::of_cell(&dir, result).thinned(LIVE_POINTS);
         self.with(|s| {
             s.current = None;
             s.done.push(result.clone());
-            let data = html::data::of_cell(&s.dir, result).thinned(LIVE_POINTS);
             s.done_data.push(data);
         });
     }
@@ -125,8 +127,8 @@ impl Dashboard {
 }
 
 /// The page's data now: the cells done from the `from`th on (those before
-/// it the page has), and the one running.
-fn data_now(shared: &Mutex<Shared>, progress: &Progress, from: usize) -> PageData {
+/// it the page has), and the one running; and how many cells are done.
+fn data_now(shared: &Mutex<Shared>, progress: &Progress, from: usize) -> (PageData, usize) {
     let s = shared.lock().expect("dashboard lock");
     let from = from.min(s.done_data.len());
     let mut cells = s.done_data[from..].to_vec();
@@ -167,7 +169,7 @@ fn data_now(shared: &Mutex<Shared>, progress: &Progress, from: usize) -> PageDat
         Some(_) if s.done.iter().any(|c| c.verdict == Verdict::Warn) => "warn",
         Some(_) => "pass",
     };
-    PageData {
+    let page = PageData {
         run: s.run_id.clone(),
         suite: s.suite.clone(),
         verdict,
@@ -176,7 +178,8 @@ fn data_now(shared: &Mutex<Shared>, progress: &Progress, from: usize) -> PageDat
         live: s.ended.is_none(),
         status: Some(status),
         cells_from: (from > 0).then_some(from),
-    }
+    };
+    (page, s.done_data.len())
 }
 
 /// One connection: a GET of `/`, `/data` or `/events`; anything else is
@@ -237,7 +240,7 @@ async fn serve(
             .await
         }
         "/data" => {
-            let json = serde_json::to_vec(&data_now(&shared, &progress, 0))
+            let json = serde_json::to_vec(&data_now(&shared, &progress, 0).0)
                 .map_err(std::io::Error::other)?;
             respond(&mut stream, "200 OK", "application/json", &json).await
         }
@@ -278,11 +281,11 @@ async fn events(
         tick.tick().await;
         let (shared2, progress2) = (shared.clone(), progress.clone());
         // Reading the running cell's files is blocking work.
-        let data = tokio::task::spawn_blocking(move || data_now(&shared2, &progress2, sent))
-            .await
-            .map_err(std::io::Error::other)?;
-        sent = data.cells_from.unwrap_or(0)
-            + data.cells.iter().filter(|c| c.verdict != "running").count();
+        let (data, done) =
+            tokio::task::spawn_blocking(move || data_now(&shared2, &progress2, sent))
+                .await
+                .map_err(std::io::Error::other)?;
+        sent = done;
         let json = serde_json::to_string(&data).map_err(std::io::Error::other)?;
         stream
             .write_all(format!("data: {json}\n\n").as_bytes())

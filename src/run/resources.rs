@@ -291,8 +291,9 @@ fn prepare_cluster(
         members.push(ProcessNode::new(spec, cg));
     }
     let leader = c.members.iter().filter_map(|m| m.leader.clone()).collect();
-    let mut node = crate::driver::cluster::ClusterNode::new(members, net, leader, c.leader_timeout);
-    node.versions = c.members.iter().map(|m| m.versions.clone()).collect();
+    let versions = c.members.iter().map(|m| m.versions.clone()).collect();
+    let node =
+        crate::driver::cluster::ClusterNode::new(members, net, leader, c.leader_timeout, versions);
     Ok((AnyNode::Cluster(node), view))
 }
 

@@ -596,8 +596,7 @@ fn a_delayed_link_holds_its_packets_and_no_other() {
     .unwrap();
     let delayed = round_trip_ms(&m[0].0, &m[1].1);
     let other = round_trip_ms(&m[0].0, &m[2].1);
-    let held = net.held();
-    net.set_cuts(&[]).unwrap();
+    let held = net.set_cuts(&[]).unwrap();
     let after = round_trip_ms(&m[0].0, &m[1].1);
     for s in &mut servers {
         s.kill().unwrap();
