@@ -7,11 +7,14 @@
 # - Native Memory Tracking (`memory: { jvm: nmt }`: -XX:NativeMemoryTracking
 #   =summary, read every 5 s) on the JVM reference node, against the same
 #   JVM without it;
+# - heaptrack (`memory: { profile: heaptrack }`: every allocation recorded)
+#   on soak-node kept on glibc, against soak-node on glibc alone;
 # - smaps, read for every node: the sampler's CPU from summary.json's
 #   harness figures (it keeps itself under 1% of a core).
 # Each run is bench/attribution-cost.yaml: closed loop, 20 s after a load.
 #
 #   bench/attribution-cost.sh
+#   VARIANTS="glibc glibc-heaptrack" bench/attribution-cost.sh   # one pair
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --locked -q --bin soak --bin soak-node
@@ -26,6 +29,9 @@ variant() {
   sed "s|^name: attribution-cost|name: $1|" bench/attribution-cost.yaml > "$f"
   case "$1" in
     jemalloc-profiled) printf 'memory: { profile: jemalloc, dump_every: 16MiB }\n' >> "$f" ;;
+    glibc|glibc-heaptrack)
+      sed -i 's|^  allocator: \[jemalloc\]|  allocator: [glibc]|' "$f"
+      [ "$1" = glibc-heaptrack ] && printf 'memory: { profile: heaptrack }\n' >> "$f" ;;
     jvm|jvm-nmt)
       python3 - "$f" "$jvm" <<'PY'
 import sys
@@ -52,9 +58,10 @@ cpu = h.get("sampler_cpu_share")
 print(f'{c["load"]["ops_per_s"]:.0f} {c["memory"]["peak_rss_bytes"] / 2**20:.1f} {100 * cpu if cpu is not None else float("nan"):.2f}')
 PY
 }
+variants=(${VARIANTS:-jemalloc jemalloc-profiled jvm jvm-nmt glibc glibc-heaptrack})
 declare -A runs
 for round in 1 2 3; do
-  for v in jemalloc jemalloc-profiled jvm jvm-nmt; do
+  for v in "${variants[@]}"; do
     suite=$(variant "$v")
     out="$work/out-$v-$round"
     target/debug/soak run "$suite" --out "$out" --quiet > /dev/null 2>&1 || true
@@ -62,12 +69,16 @@ for round in 1 2 3; do
     echo "round $round $v: $(figures "$out")" >&2
   done
 done
-python3 - "${runs[jemalloc]}" "${runs[jemalloc-profiled]}" "${runs[jvm]}" "${runs[jvm-nmt]}" <<'PY'
+for v in "${variants[@]}"; do printf '%s=%s\n' "$v" "${runs[$v]}"; done | python3 -c '
 import sys, statistics as st
-rows = [[tuple(map(float, r.split())) for r in a.split(";") if r] for a in sys.argv[1:]]
-med = [tuple(st.median(x[i] for x in r) for i in range(3)) for r in rows]
+runs = dict(l.strip().split("=", 1) for l in sys.stdin if "=" in l)
+def med(v):
+    rows = [tuple(map(float, r.split())) for r in runs[v].split(";") if r]
+    return tuple(st.median(x[i] for x in rows) for i in range(3))
 print("| node | without | with | throughput | peak RSS | sampler CPU (smaps) |")
 print("|---|---:|---:|---:|---:|---:|")
-for name, base, with_ in [("soak-node, jemalloc's profiler", med[0], med[1]), ("JVM node, NMT", med[2], med[3])]:
-    print(f"| {name} | {base[0]:.0f} ops/s, {base[1]:.1f} MiB | {with_[0]:.0f} ops/s, {with_[1]:.1f} MiB | {with_[0] / base[0]:.3f}x | {with_[1] / base[1]:.3f}x | {base[2]:.2f}% / {with_[2]:.2f}% of a core |")
-PY
+for name, b, w in [("soak-node, jemalloc'"'"'s profiler", "jemalloc", "jemalloc-profiled"), ("JVM node, NMT", "jvm", "jvm-nmt"), ("soak-node on glibc, heaptrack", "glibc", "glibc-heaptrack")]:
+    if b in runs and w in runs:
+        base, with_ = med(b), med(w)
+        print(f"| {name} | {base[0]:.0f} ops/s, {base[1]:.1f} MiB | {with_[0]:.0f} ops/s, {with_[1]:.1f} MiB | {with_[0] / base[0]:.3f}x | {with_[1] / base[1]:.3f}x | {base[2]:.2f}% / {with_[2]:.2f}% of a core |")
+'

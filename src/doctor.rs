@@ -283,6 +283,7 @@ fn fault_filesystem(lines: &mut Vec<Line>) {
         Ok(caps) => {
             let missing: Vec<String> = caps
                 .iter()
+                .filter(|(c, _)| !crate::faults::disk::by_design(c))
                 .filter_map(|(c, r)| r.as_ref().err().map(|e| format!("{c}: {e}")))
                 .collect();
             let have: Vec<&str> = caps
@@ -291,7 +292,11 @@ fn fault_filesystem(lines: &mut Vec<Line>) {
                 .map(|(c, _)| *c)
                 .collect();
             let detail = if missing.is_empty() {
-                have.join(", ")
+                format!(
+                    "{}; not given anywhere: {}",
+                    have.join(", "),
+                    crate::faults::disk::not_given()
+                )
             } else {
                 format!(
                     "{}; not on it: {} (a node that needs these fails on power_cut, disk_full, io_errors, io_delay or limits.disk cells)",

@@ -87,7 +87,16 @@ pub struct AllocatorPlan {
 pub struct ProfilePlan {
     /// Where the dumps go: the cell's `profile/`.
     pub dir: PathBuf,
-    pub dump_every: u64,
+    pub tool: ProfileTool,
+}
+
+/// Which heap profiler, and its settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProfileTool {
+    /// jemalloc's sampling profiler, dumping every this many bytes.
+    Jemalloc { dump_every: u64 },
+    /// heaptrack's record of every allocation.
+    Heaptrack,
 }
 
 /// One cell, ready to run.
@@ -154,6 +163,15 @@ pub struct CellPlan {
     /// Whether every request of the load is recorded in the cell's
     /// history (a cluster, or a `linearizable` check).
     pub history: bool,
+}
+
+impl CellPlan {
+    /// The limit the cell's memory figures are read against: the node's,
+    /// or a cluster's members' sum (its figures are their sums).
+    pub fn memory_limit(&self) -> Option<u64> {
+        let members = self.cluster.as_ref().map_or(1, |c| c.members.len() as u64);
+        self.limits.memory.map(|l| l * members)
+    }
 }
 
 /// A cluster's members, each rendered with its own variables.
@@ -439,6 +457,8 @@ fn variables(
     vars.insert("CELL_DIR".into(), dir.display().to_string());
     vars.insert("SOAK_NODE".into(), ctx.soak_node.clone());
     vars.insert("SUITE_DIR".into(), ctx.suite_dir.display().to_string());
+    // Where `prepare:` steps built what the node runs.
+    vars.insert("RUN_DIR".into(), ctx.run_dir.display().to_string());
     Ok(vars)
 }
 
@@ -626,21 +646,26 @@ fn profile_plan(
     dir: &Path,
     allocator: Option<AllocatorPlan>,
 ) -> Result<(Option<AllocatorPlan>, Profiling), PlanError> {
-    let Some(crate::suite::MemoryProfile::Jemalloc) = suite.memory.profile else {
+    let Some(asked) = suite.memory.profile else {
         return Ok((allocator, Ok(None)));
     };
     if suite.node.image.is_some() {
         return Err(PlanError::Template {
             field: "memory.profile".into(),
             error: "a heap profile needs the node to run as a process of this machine, where \
-                    soak preloads jemalloc and reads its dumps: leave `memory.profile` out for \
-                    a container or a Pod"
+                    soak preloads the profiler and reads what it writes: leave `memory.profile` \
+                    out for a container or a Pod"
                 .into(),
         });
     }
+    if asked == crate::suite::MemoryProfile::Heaptrack {
+        return heaptrack_plan(suite, ctx, dir, allocator);
+    }
     let plan = ProfilePlan {
         dir: dir.join("profile"),
-        dump_every: suite.memory.dump_every.map_or(256 << 20, |s| s.0),
+        tool: ProfileTool::Jemalloc {
+            dump_every: suite.memory.dump_every.map_or(256 << 20, |s| s.0),
+        },
     };
     match allocator {
         Some(a) if a.profile.kind != allocator::Kind::Jemalloc => {
@@ -669,6 +694,33 @@ fn profile_plan(
     }
 }
 
+/// heaptrack for a cell on any allocator: it wraps `malloc` and passes
+/// each call on to the allocator the cell runs. `dump_every` is
+/// jemalloc's, refused here rather than ignored.
+fn heaptrack_plan(
+    suite: &Suite,
+    ctx: &RunContext,
+    dir: &Path,
+    allocator: Option<AllocatorPlan>,
+) -> Result<(Option<AllocatorPlan>, Profiling), PlanError> {
+    if suite.memory.dump_every.is_some() {
+        return Err(PlanError::Template {
+            field: "memory.dump_every".into(),
+            error: "dump_every sets how often jemalloc's profiler dumps; heaptrack records \
+                    every allocation as it happens: leave dump_every out"
+                .into(),
+        });
+    }
+    if ctx.find_libraries {
+        crate::telemetry::heaptrack::installed().map_err(PlanError::Environment)?;
+    }
+    let plan = ProfilePlan {
+        dir: dir.join("profile"),
+        tool: ProfileTool::Heaptrack,
+    };
+    Ok((allocator, Ok(Some(plan))))
+}
+
 /// A cell's heap profiler, none, or why it runs without the one asked for.
 pub type Profiling = Result<Option<ProfilePlan>, String>;
 
@@ -682,12 +734,37 @@ fn jvm_every(m: &crate::suite::MemorySpec) -> Option<Duration> {
     })
 }
 
-/// jemalloc's profiler options added to the node's `MALLOC_CONF`.
+/// jemalloc's profiler options added to the node's `MALLOC_CONF`, or
+/// heaptrack's library put first in its `LD_PRELOAD` (before the
+/// allocator's, whose `malloc` it then calls) and where it writes.
 fn profiled_env(env: &mut Vec<(String, String)>, p: &ProfilePlan) {
-    let conf = crate::telemetry::jeprof::malloc_conf(&p.dir, p.dump_every);
-    match env.iter_mut().find(|(k, _)| k == "MALLOC_CONF") {
-        Some((_, v)) => *v = format!("{v},{conf}"),
-        None => env.push(("MALLOC_CONF".into(), conf)),
+    match p.tool {
+        ProfileTool::Jemalloc { dump_every } => {
+            let conf = crate::telemetry::jeprof::malloc_conf(&p.dir, dump_every);
+            add_to_var(env, "MALLOC_CONF", conf, |old, new| format!("{old},{new}"));
+        }
+        ProfileTool::Heaptrack => {
+            env.push((
+                "DUMP_HEAPTRACK_OUTPUT".into(),
+                crate::telemetry::heaptrack::output(&p.dir),
+            ));
+            let lib = crate::telemetry::heaptrack::PRELOAD.to_string();
+            add_to_var(env, "LD_PRELOAD", lib, |old, new| format!("{new}:{old}"));
+        }
+    }
+}
+
+/// Sets `key` to `value`, or where the environment has it already, to
+/// `join(what it had, value)`.
+fn add_to_var(
+    env: &mut Vec<(String, String)>,
+    key: &str,
+    value: String,
+    join: impl Fn(&str, &str) -> String,
+) {
+    match env.iter_mut().find(|(k, _)| k == key) {
+        Some((_, v)) => *v = join(v, &value),
+        None => env.push((key.into(), value)),
     }
 }
 

@@ -49,7 +49,8 @@ struct CellState {
     phase: String,
     started: Option<Instant>,
     restarts: usize,
-    harmed: u64,
+    /// What the read-backs and the load's reads found so far.
+    found: crate::model::Integrity,
     limit: Option<u64>,
     load: Option<Live>,
     target: Option<Target>,
@@ -146,7 +147,7 @@ impl Progress {
             id: plan.id.clone(),
             index: plan.index,
             started: Some(Instant::now()),
-            limit: plan.limits.memory,
+            limit: plan.memory_limit(),
             last_ops: Some((Instant::now(), 0)),
             load,
             target: Some(target),
@@ -173,14 +174,23 @@ impl Progress {
         let in_cell = c.started.map(|t| t.elapsed()).unwrap_or_default();
         let done = planned * c.index as u32 + in_cell.min(planned);
         let left = (planned * cells as u32).saturating_sub(done);
+        // Before its first phase a cell is starting its node; past the
+        // phases' planned time (slow starts, long read-backs) the estimate
+        // says so rather than "~0ms left".
+        let phase = if c.phase.is_empty() {
+            "none yet (starting the node)"
+        } else {
+            c.phase.as_str()
+        };
+        let left = if left.is_zero() {
+            "past the planned time".to_string()
+        } else {
+            format!("~{} left", human_duration(round_s(left)))
+        };
         let mut parts = vec![
             format!("cell {}/{cells} {}", c.index + 1, c.id),
-            format!("phase {}", c.phase),
-            format!(
-                "{} elapsed, ~{} left",
-                human_duration(round_s(elapsed)),
-                human_duration(round_s(left))
-            ),
+            format!("phase {phase}"),
+            format!("{} elapsed, {left}", human_duration(round_s(elapsed))),
         ];
         if let Some(load) = &c.load {
             let (ops, p99) = load.now();
@@ -203,7 +213,14 @@ impl Progress {
                 None => format!("{what} {}", Bytes(bytes)),
             });
         }
-        parts.push(format!("{} restarts, {} lost", c.restarts, c.harmed));
+        parts.push(format!(
+            "{} restarts, {} lost",
+            c.restarts,
+            c.found.lost_writes()
+        ));
+        if c.found.corrupted > 0 {
+            parts.push(format!("{} corrupted", c.found.corrupted));
+        }
         parts.join(", ")
     }
 
@@ -219,13 +236,18 @@ fn round_s(d: Duration) -> Duration {
     Duration::from_secs(d.as_secs())
 }
 
-/// The node's memory now: its process tree's RSS, or on a remote engine
-/// the container's usage as the engine reports it.
+/// The node's memory now: its process tree's RSS (a cluster's: every
+/// member's), or on a remote engine the container's usage as the engine
+/// reports it.
 fn memory_now(t: &Target) -> Option<(&'static str, u64)> {
     use std::sync::atomic::Ordering::Relaxed;
     let pid = t.pid.load(Relaxed);
     if pid == 0 {
         return None;
+    }
+    if !t.members.is_empty() {
+        let pids = t.members.iter().flat_map(|m| m.cgroup.procs());
+        return Some(("RSS", pids.map(crate::telemetry::rss_of).sum()));
     }
     Some(match &t.engine_memory {
         Some(m) if pid < 0 => ("memory", m.usage.load(Relaxed)),
@@ -271,7 +293,7 @@ impl Sink for CellSink {
             Event::PhaseStarted { phase } => c.phase = phase.clone(),
             Event::Ready { cause: Some(_), .. } => c.restarts += 1,
             Event::ReadBack { integrity, .. } | Event::ReadsFound { integrity, .. } => {
-                c.harmed += integrity.harmed()
+                c.found.add(integrity)
             }
             Event::VerifyProgress { done, all } => {
                 c.phase = format!("verify ({done}/{all} keys)");

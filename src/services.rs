@@ -224,7 +224,7 @@ fn not_ready(name: &str, index: usize, e: &crate::driver::DriverError) -> String
             log,
             tail,
         } => format!(
-            "service `{name}` did not get ready within {} ({probe}); raise {at}.ready.timeout if it needs longer. Last lines of {}:\n{tail}",
+            "service `{name}` did not get ready within {} (it waited for {probe}); raise {at}.ready.timeout if it needs longer. Last lines of {}:\n{tail}",
             crate::units::human_duration(*timeout),
             log.display()
         ),

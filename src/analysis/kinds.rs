@@ -6,16 +6,20 @@ use crate::model::{JvmAccountSummary, KindGrowth};
 use crate::telemetry::nmt::Reading;
 use crate::telemetry::Sample;
 
+/// A series' first value after warm-up and its last one.
+fn ends(segs: &[Vec<(f64, f64)>]) -> (Option<u64>, Option<u64>) {
+    let first = segs.first().and_then(|s| s.first()).map(|p| p.1 as u64);
+    let last = segs.last().and_then(|s| s.last()).map(|p| p.1 as u64);
+    (first, last)
+}
+
 /// Each kind of mapping's figures and trend, from the samples where
 /// `smaps` was read (not those that carried a reading).
 pub fn of_mappings(samples: &[Sample], w: f64) -> Vec<KindGrowth> {
     use crate::telemetry::maps::KINDS;
     let read: Vec<Sample> = samples.iter().filter(|s| !s.pss_carried).copied().collect();
     let ends = |value: fn(&crate::telemetry::maps::Kinds) -> u64| {
-        let segs = super::segments(&read, |s| value(&s.maps), w);
-        let first = segs.first().and_then(|s| s.first()).map(|p| p.1 as u64);
-        let last = segs.last().and_then(|s| s.last()).map(|p| p.1 as u64);
-        (first, last)
+        ends(&super::segments(&read, |s| value(&s.maps), w))
     };
     KINDS
         .iter()
@@ -40,6 +44,30 @@ pub fn of_mappings(samples: &[Sample], w: f64) -> Vec<KindGrowth> {
             }
         })
         .filter(|k| k.peak_bytes > 0)
+        .collect()
+}
+
+/// Each member of a cluster's resident memory (RSS of its processes) and
+/// its trend, from its own samples (an incarnation is a segment).
+pub fn of_members(members: &[Vec<Sample>], w: f64) -> Vec<KindGrowth> {
+    members
+        .iter()
+        .enumerate()
+        .map(|(i, samples)| {
+            let a = super::analyse(samples, |s| s.rss, w, None);
+            let (first, last) = ends(&super::segments(samples, |s| s.rss, w));
+            KindGrowth {
+                kind: format!("member:{}", i + 1),
+                label: format!("member {}", i + 1),
+                peak_bytes: a.peak,
+                first_bytes: first.unwrap_or(0),
+                last_bytes: last.unwrap_or(0),
+                slope_bytes_per_hour: a.slope_per_hour,
+                p_growth: a.p_growth,
+                count_first: None,
+                count_last: None,
+            }
+        })
         .collect()
 }
 
@@ -77,15 +105,13 @@ pub fn jvm_account(readings: &[Reading], error: Option<String>, w: f64) -> JvmAc
         let segs = series(value);
         let t = super::trend::growth_trend(&segs);
         let peak = readings.iter().filter_map(value).max().unwrap_or(0);
+        let (first, last) = ends(&segs);
         KindGrowth {
             kind: kind.to_string(),
             label,
             peak_bytes: peak,
-            first_bytes: segs
-                .first()
-                .and_then(|s| s.first())
-                .map_or(0, |p| p.1 as u64),
-            last_bytes: segs.last().and_then(|s| s.last()).map_or(0, |p| p.1 as u64),
+            first_bytes: first.unwrap_or(0),
+            last_bytes: last.unwrap_or(0),
             slope_bytes_per_hour: t.map(|t| t.slope * 3600.0),
             p_growth: t.map(|t| t.p_up),
             count_first: None,

@@ -65,8 +65,7 @@ pub fn evaluate(c: &Checks, m: &Measured) -> Vec<CheckResult> {
         count(
             "lost_writes",
             c.lost_writes,
-            m.integrity.lost
-                + m.integrity.resurrected
+            m.integrity.lost_writes()
                 + if m.unsynced_tail_allowed {
                     0
                 } else {

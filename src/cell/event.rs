@@ -426,7 +426,7 @@ fn holes_text(holes: &[Hole]) -> String {
 
 fn first(f: &Option<LostWrite>) -> String {
     f.as_ref()
-        .map(|f| format!("; first lost {f}"))
+        .map(|f| format!("; first {} {f}", f.found))
         .unwrap_or_default()
 }
 

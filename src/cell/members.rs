@@ -12,9 +12,12 @@ use rand::SeedableRng;
 
 use super::event::Event;
 use super::{Cell, CellError};
-use crate::driver::{MemberOp, Node};
+use crate::driver::{DriverError, MemberOp, Node};
+use crate::faults::{Applied, Asked};
+use crate::model::Cause;
 use crate::net::netns::Cut;
 use crate::suite::cluster::{MemberPhase, Partition, Target, Verb};
+use nix::sys::signal::Signal;
 
 /// What `CellError::Setup` says of a member phase in a cell that is not
 /// a cluster.
@@ -120,9 +123,15 @@ fn ring(n: usize, order: &[usize], out: &mut Vec<Cut>) {
 }
 
 impl<N: Node> Cell<'_, N> {
-    fn rng(&self) -> rand::rngs::SmallRng {
+    /// The next draw's generator: from the seed, the phase and how many
+    /// draws came before (a chaos phase's actions are one phase).
+    fn rng(&mut self) -> rand::rngs::SmallRng {
+        self.member_draws += 1;
         rand::rngs::SmallRng::seed_from_u64(crate::units::mix64(
-            self.ctx.seed ^ self.phase_counter.wrapping_mul(0x9e37_79b9) ^ 0xc1u64,
+            self.ctx.seed
+                ^ self.phase_counter.wrapping_mul(0x9e37_79b9)
+                ^ (self.member_draws.wrapping_mul(0x85eb_ca6b) << 17)
+                ^ 0xc1u64,
         ))
     }
 
@@ -180,10 +189,14 @@ impl<N: Node> Cell<'_, N> {
                 }
             }
             Verb::Pause(d) => return self.pause_members(&members, *d).await,
+            &Verb::PowerCut { torn } => return self.cut_members(&members, torn).await,
             // One member at a time, each ready before the next.
             Verb::Upgrade(v) => {
                 for &m in &members {
                     said.push(self.member_op(m, MemberOp::Stop, "stop").await?);
+                    if let Some(d) = self.members_down.get_mut(&m) {
+                        d.0 = Cause::Upgrade;
+                    }
                     said.push(
                         self.member_op(m, MemberOp::Use(v.clone()), "upgrade")
                             .await?,
@@ -204,17 +217,117 @@ impl<N: Node> Cell<'_, N> {
             .cluster()
             .ok_or_else(|| CellError::Setup(NOT_A_CLUSTER.into()))?;
         let up = c.is_up(m);
+        let down = match &op {
+            MemberOp::Kill(_) => Some(Cause::Kill),
+            MemberOp::Stop => Some(Cause::Stop),
+            _ => None,
+        };
+        let start = matches!(op, MemberOp::Start);
         let text = match (&op, up) {
             (MemberOp::Start, true) => "already running".to_string(),
             (MemberOp::Kill(_) | MemberOp::Stop, false) => "not running".to_string(),
-            _ => c.act(m, op).await?,
+            _ => match c.act(m, op).await {
+                Ok(text) => text,
+                // A member soak took down that does not come back.
+                Err(e) if start && self.members_down.contains_key(&m) => {
+                    let (after, at) = self.members_down[&m];
+                    return Err(self.not_recovered(after, at, e));
+                }
+                Err(e) => return Err(e.into()),
+            },
         };
+        match (down, start) {
+            (Some(cause), _) if up => {
+                self.members_down.insert(m, (cause, self.bus.t()));
+            }
+            (_, true) => {
+                self.members_down.remove(&m);
+            }
+            _ => {}
+        }
         self.bus.emit(Event::Member {
             member: m,
             action: word.into(),
             text: text.clone(),
         });
         Ok(format!("member {m}: {text}"))
+    }
+
+    /// Cuts the power of `members` together: each killed, then each one's
+    /// unsynced writes dropped, then each started again (a member that
+    /// was not running is cut too: its files lose what it never synced).
+    async fn cut_members(&mut self, members: &[usize], torn: bool) -> Result<String, CellError> {
+        let faults = self.ctx.faults.clone();
+        if let Some(&m) = members.first() {
+            let asked = Asked::MemberCut { member: m, torn };
+            if !faults.takes(asked) {
+                return Err(CellError::Setup(asked.unavailable()));
+            }
+        }
+        let mut said = Vec::new();
+        let down_at_s = self.bus.t();
+        for &m in members {
+            said.push(
+                self.member_op(m, MemberOp::Kill(Signal::SIGKILL), "kill")
+                    .await?,
+            );
+        }
+        for &m in members {
+            let dropped = match faults.apply(Asked::MemberCut { member: m, torn }) {
+                Ok(Applied::Cut { dropped }) => dropped,
+                Ok(_) => 0,
+                Err(e) => return Err(CellError::Setup(e)),
+            };
+            let text = format!(
+                "{} not fsynced dropped{}",
+                crate::units::Bytes(dropped),
+                if torn { " (torn)" } else { "" }
+            );
+            self.bus.emit(Event::Member {
+                member: m,
+                action: "power_cut".into(),
+                text: text.clone(),
+            });
+            said.push(format!("member {m}: power cut, {text}"));
+        }
+        let c = self
+            .node
+            .cluster()
+            .ok_or_else(|| CellError::Setup(NOT_A_CLUSTER.into()))?;
+        let started = c.start_together(members).await;
+        for (m, r) in started {
+            let text = r.map_err(|e| self.not_recovered(Cause::PowerCut, down_at_s, e))?;
+            self.members_down.remove(&m);
+            self.bus.emit(Event::Member {
+                member: m,
+                action: "start".into(),
+                text: text.clone(),
+            });
+            said.push(format!("member {m}: {text}"));
+        }
+        Ok(said.join("; "))
+    }
+
+    /// A member that does not start again after it went down (`after`, at
+    /// `down_at_s`): what it was left with is the cell's finding, as for
+    /// one node ([`Event::NotRecovered`]); another error is the driver's.
+    fn not_recovered(&mut self, after: Cause, down_at_s: f64, e: DriverError) -> CellError {
+        match e {
+            e @ (DriverError::ExitedBeforeReady { .. } | DriverError::NeverReady { .. }) => {
+                let error = e.to_string();
+                self.bus.emit(Event::NotRecovered {
+                    after,
+                    down_at_s,
+                    error: error.clone(),
+                });
+                CellError::NotRecovered {
+                    after,
+                    at_s: down_at_s,
+                    error,
+                }
+            }
+            e => e.into(),
+        }
     }
 
     /// Freezes `members` for `d`, then thaws them, whatever happens in

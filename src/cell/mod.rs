@@ -161,6 +161,12 @@ pub struct Cell<'a, N: Node> {
     /// A `verify` is reading back (and restarting the node under it).
     verifying: bool,
     phase_counter: u64,
+    /// Members drawn so far (`random`, `minority`, ...): each draw its own,
+    /// though a chaos phase draws many within one phase.
+    member_draws: u64,
+    /// Each cluster member soak took down, why and when (`t`): a member
+    /// that does not start again after it is the cell's `unrecovered`.
+    members_down: std::collections::BTreeMap<usize, (crate::model::Cause, f64)>,
     /// How deep in `repeat`s the phase running is (0: the suite's own).
     nesting: u32,
     /// When the ledger was last saved, and how often to save it.
@@ -194,6 +200,8 @@ impl<'a, N: Node> Cell<'a, N> {
             readback_deaths: 0,
             verifying: false,
             phase_counter: 0,
+            member_draws: 0,
+            members_down: Default::default(),
             nesting: 0,
             saved_at: Instant::now(),
             save_every: Duration::from_secs(2),

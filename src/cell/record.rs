@@ -105,6 +105,16 @@ impl Recorder {
                     ),
                     member: Some(*member),
                 }),
+                // The member is down already (killed): its span says why.
+                "power_cut" => {
+                    for f in self
+                        .fault_spans
+                        .iter_mut()
+                        .filter(|f| open(Some(*member), f))
+                    {
+                        f.what = format!("member {member} power cut ({text})");
+                    }
+                }
                 _ => {
                     for f in self
                         .fault_spans

@@ -270,6 +270,7 @@ async fn run_with(
         data_dir: None,
         pid_cgroup: false,
         engine_memory: None,
+        members: vec![],
     };
     let calls = node.calls.clone();
     let verify: Option<Arc<dyn crate::protocol::Protocol>> =

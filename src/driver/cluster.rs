@@ -46,6 +46,12 @@ impl ClusterNode {
 
 /// A member's error, naming the member.
 fn named(m: usize, e: DriverError) -> DriverError {
+    named_beside(m, e, "")
+}
+
+/// A member's error, naming the member, with what else went wrong at the
+/// same start (`also`, empty or starting with "; ") after its cause.
+fn named_beside(m: usize, e: DriverError, also: &str) -> DriverError {
     match e {
         DriverError::NeverReady {
             timeout,
@@ -54,7 +60,7 @@ fn named(m: usize, e: DriverError) -> DriverError {
             tail,
         } => DriverError::NeverReady {
             timeout,
-            probe: format!("member {m} did not join: {probe}"),
+            probe: format!("member {m} to join: {probe}{also}"),
             log,
             tail,
         },
@@ -64,7 +70,7 @@ fn named(m: usize, e: DriverError) -> DriverError {
             log,
             tail,
         } => DriverError::ExitedBeforeReady {
-            status: format!("member {m}: {status}"),
+            status: format!("member {m}: {status}{also}"),
             oom,
             log,
             tail,
@@ -75,6 +81,36 @@ fn named(m: usize, e: DriverError) -> DriverError {
         },
         other => DriverError::Io(format!("member {m}: {other}")),
     }
+}
+
+/// Of the members that failed to start, the one that says most (one that
+/// exited, such as a panic, before one still waiting for its peers), with
+/// the others named beside it: a cluster that lost its configuration to a
+/// power cut has every member up and none ready.
+fn worst(mut failed: Vec<(usize, DriverError)>) -> Option<DriverError> {
+    if failed.is_empty() {
+        return None;
+    }
+    let first = failed
+        .iter()
+        .position(|(_, e)| matches!(e, DriverError::ExitedBeforeReady { .. }))
+        .unwrap_or(0);
+    let (m, e) = failed.remove(first);
+    let others: Vec<String> = failed
+        .iter()
+        .map(|(o, e)| match e {
+            DriverError::ExitedBeforeReady { status, .. } => {
+                format!("member {o} exited ({status})")
+            }
+            DriverError::NeverReady { .. } => format!("member {o} did not join either"),
+            other => format!("member {o}: {other}"),
+        })
+        .collect();
+    let also = match others.is_empty() {
+        true => String::new(),
+        false => format!("; {}", others.join(", ")),
+    };
+    Some(named_beside(m, e, &also))
 }
 
 impl Node for ClusterNode {
@@ -90,10 +126,14 @@ impl Node for ClusterNode {
                 .map(|(i, m)| async move { (i + 1, m.start().await) }),
         )
         .await;
-        for (m, r) in results {
-            r.map_err(|e| named(m, e))?;
+        let failed: Vec<(usize, DriverError)> = results
+            .into_iter()
+            .filter_map(|(m, r)| r.err().map(|e| (m, e)))
+            .collect();
+        match worst(failed) {
+            None => Ok(t0.elapsed()),
+            Some(e) => Err(e),
         }
-        Ok(t0.elapsed())
     }
 
     async fn stop(&mut self) -> Result<Exit, DriverError> {
@@ -299,6 +339,33 @@ impl Cluster for ClusterNode {
                     Ok(format!("runs `{v}` from its next start"))
                 }
             }
+        })
+    }
+
+    fn start_together<'a>(
+        &'a mut self,
+        ms: &'a [usize],
+    ) -> Boxed<'a, Vec<(usize, Result<String, DriverError>)>> {
+        Box::pin(async move {
+            join_all(
+                self.members
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, node)| (i + 1, node))
+                    .filter(|(m, _)| ms.contains(m))
+                    .map(|(m, node)| async move {
+                        let r = match node.is_running() {
+                            true => Ok("already running".to_string()),
+                            false => node
+                                .start()
+                                .await
+                                .map(|took| format!("ready after {} ms", took.as_millis()))
+                                .map_err(|e| named(m, e)),
+                        };
+                        (m, r)
+                    }),
+            )
+            .await
         })
     }
 

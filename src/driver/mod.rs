@@ -159,6 +159,13 @@ pub trait Cluster: Send {
     fn leader(&mut self) -> Boxed<'_, Result<usize, String>>;
     /// Does `op` to member `m`; what happened, in words.
     fn act(&mut self, m: usize, op: MemberOp) -> Boxed<'_, Result<String, DriverError>>;
+    /// Starts these members together (those that do not run), for
+    /// members that wait for each other to form a quorum; each one's
+    /// outcome in words, in order.
+    fn start_together<'a>(
+        &'a mut self,
+        ms: &'a [usize],
+    ) -> Boxed<'a, Vec<(usize, Result<String, DriverError>)>>;
     /// Puts exactly these cut (and delayed) links in force between the
     /// members; how many packets the delays it lifted held.
     fn set_cuts(&mut self, cuts: &[crate::net::netns::Cut]) -> Result<u64, String>;
@@ -201,7 +208,7 @@ pub enum DriverError {
         #[source]
         source: std::io::Error,
     },
-    #[error("the node did not get ready within {timeout:?} ({probe}); raise node.ready.timeout if it needs longer. Last lines of {log}:\n{tail}", log = log.display())]
+    #[error("the node did not get ready within {timeout:?} (it waited for {probe}); raise node.ready.timeout if it needs longer. Last lines of {log}:\n{tail}", log = log.display())]
     NeverReady {
         timeout: Duration,
         probe: String,

@@ -40,11 +40,11 @@ pub enum Probe {
 impl std::fmt::Display for Probe {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         match self {
-            Probe::Resp(a) => write!(f, "a RESP PING to {a}"),
-            Probe::Tcp(a) => write!(f, "a TCP connect to {a}"),
-            Probe::Http(u) => write!(f, "a GET of {u} answered 2xx"),
+            Probe::Resp(a) => write!(f, "a RESP PING to {a} to be answered"),
+            Probe::Tcp(a) => write!(f, "a TCP connect to {a} to be accepted"),
+            Probe::Http(u) => write!(f, "a GET of {u} to answer 2xx"),
             Probe::Log(re) => write!(f, "a log line matching `{re}`"),
-            Probe::Exec(argv) => write!(f, "`{}` exiting 0", argv.join(" ")),
+            Probe::Exec(argv) => write!(f, "`{}` to exit 0", argv.join(" ")),
         }
     }
 }
@@ -185,12 +185,46 @@ pub fn tail(path: &std::path::Path, n: usize) -> String {
 }
 
 /// The last `n` lines of a log file written after byte `from` (what this
-/// start of the node wrote, not its earlier incarnations).
+/// start of the node wrote, not its earlier incarnations), a run of lines
+/// that differ only in their digits (a retry every few seconds, with its
+/// time) counted as one, so that the quote reaches back to its cause.
 pub fn tail_from(path: &std::path::Path, from: u64, n: usize) -> String {
-    let text = std::fs::read(path).unwrap_or_default();
-    let text = String::from_utf8_lossy(text.get(from as usize..).unwrap_or_default());
-    let lines: Vec<&str> = text.lines().collect();
+    let lines = collapse_repeats(&written_from(path, from));
     lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// What a log file holds after byte `from`.
+fn written_from(path: &std::path::Path, from: u64) -> String {
+    let text = std::fs::read(path).unwrap_or_default();
+    String::from_utf8_lossy(text.get(from as usize..).unwrap_or_default()).into_owned()
+}
+
+/// Lines, with each run of three or more that differ only in digits kept
+/// as its first and last and a line saying how many were between.
+fn collapse_repeats(text: &str) -> Vec<String> {
+    let shape = |l: &str| -> String { l.chars().filter(|c| !c.is_ascii_digit()).collect() };
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let s = shape(lines[i]);
+        let mut j = i + 1;
+        while j < lines.len() && shape(lines[j]) == s {
+            j += 1;
+        }
+        out.push(lines[i].to_string());
+        if j - i > 2 {
+            out.push(format!(
+                "[... {} more lines like the one above ...]",
+                j - i - 2
+            ));
+        }
+        if j - i > 1 {
+            out.push(lines[j - 1].to_string());
+        }
+        i = j;
+    }
+    out
 }
 
 impl ProcessNode {
@@ -511,9 +545,7 @@ pub async fn probe(p: &Probe, log: &std::path::Path, from: u64) -> bool {
                 let Ok(re) = regex::Regex::new(re) else {
                     return false;
                 };
-                tail_from(log, from, usize::MAX)
-                    .lines()
-                    .any(|l| re.is_match(l))
+                written_from(log, from).lines().any(|l| re.is_match(l))
             }
             Probe::Exec(argv) => {
                 let Some((program, args)) = argv.split_first() else {
@@ -640,4 +672,31 @@ pub fn parent_of(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let (_, rest) = stat.rsplit_once(')')?;
     rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::collapse_repeats;
+
+    #[test]
+    fn a_retry_logged_every_few_seconds_is_quoted_once_so_its_cause_stays_in_view() {
+        let log = "newRaft [peers: [], term: 0]\n\
+                   10:48:21 E | publish error: request timed out\n\
+                   10:48:28 E | publish error: request timed out\n\
+                   10:48:35 E | publish error: request timed out\n\
+                   10:48:42 E | publish error: request timed out\n\
+                   stopped\n\
+                   stopped\n";
+        assert_eq!(
+            collapse_repeats(log),
+            [
+                "newRaft [peers: [], term: 0]",
+                "10:48:21 E | publish error: request timed out",
+                "[... 2 more lines like the one above ...]",
+                "10:48:42 E | publish error: request timed out",
+                "stopped",
+                "stopped",
+            ]
+        );
+    }
 }

@@ -22,6 +22,12 @@ use crate::suite::NetworkSpec;
 pub enum Asked<'a> {
     Network(&'a NetworkSpec),
     Disk(&'a DiskFault),
+    /// One member of a cluster's power cut (1-based), its node already
+    /// killed.
+    MemberCut {
+        member: usize,
+        torn: bool,
+    },
 }
 
 impl Asked<'_> {
@@ -35,6 +41,9 @@ impl Asked<'_> {
             Asked::Disk(d) => format!(
                 "`{}` needs soak's fault filesystem under the data directory, which a container node does not have",
                 d.word()
+            ),
+            Asked::MemberCut { member, .. } => format!(
+                "a power cut of member {member} needs soak's fault filesystem under its data directory"
             ),
         }
     }
@@ -165,6 +174,42 @@ impl Fault for disk::Mounted {
 
     fn record(&self, into: &mut Records) {
         into.disk = Some(self.stats());
+    }
+}
+
+/// soak's fault filesystem under each member's data directory: a power
+/// cut of the cluster cuts every member; a member's cuts its own.
+pub struct MemberDisks(pub Vec<Arc<disk::Mounted>>);
+
+impl Fault for MemberDisks {
+    fn apply(&self, asked: Asked<'_>) -> Option<Applied> {
+        let dropped = match asked {
+            Asked::Disk(DiskFault::PowerCut { torn }) => {
+                self.0.iter().map(|m| m.power_cut(*torn)).sum()
+            }
+            Asked::MemberCut { member, torn } => {
+                self.0.get(member.checked_sub(1)?)?.power_cut(torn)
+            }
+            _ => return None,
+        };
+        Some(Applied::Cut { dropped })
+    }
+
+    fn takes(&self, asked: Asked<'_>) -> bool {
+        match asked {
+            Asked::Disk(d) => matches!(d, DiskFault::PowerCut { .. }),
+            Asked::MemberCut { member, .. } => (1..=self.0.len()).contains(&member),
+            Asked::Network(_) => false,
+        }
+    }
+
+    /// The members' counters added up.
+    fn record(&self, into: &mut Records) {
+        let mut sum = crate::model::DiskStats::default();
+        for m in &self.0 {
+            sum.add(m.stats());
+        }
+        into.disk = Some(sum);
     }
 }
 

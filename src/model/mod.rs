@@ -120,6 +120,21 @@ pub struct Summary {
     /// Shards (`I/N`) that no merged run covered.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing_shards: Vec<String>,
+    /// The suite's `prepare:` steps, as they ran before the cells.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prepared: Vec<Prepared>,
+}
+
+/// One `prepare:` step as it ran.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
+pub struct Prepared {
+    /// The argv as run, joined by spaces.
+    pub command: String,
+    pub took_s: f64,
+    /// Its exit code; `None`: timed out, or died by a signal.
+    pub code: Option<i32>,
+    /// Its output (stdout and stderr), in the run's folder.
+    pub log: String,
 }
 
 impl Summary {
@@ -465,6 +480,28 @@ pub struct DiskStats {
     pub failed: std::collections::BTreeMap<String, u64>,
 }
 
+impl DiskStats {
+    /// Adds another filesystem's counts (a cluster's members' together).
+    pub fn add(&mut self, o: DiskStats) {
+        self.writes += o.writes;
+        self.bytes_written += o.bytes_written;
+        self.reads += o.reads;
+        self.fsyncs += o.fsyncs;
+        self.power_cuts += o.power_cuts;
+        self.bytes_dropped += o.bytes_dropped;
+        self.files_cut += o.files_cut;
+        self.refused_writes += o.refused_writes;
+        self.read_errors += o.read_errors;
+        self.write_errors += o.write_errors;
+        self.fsync_errors += o.fsync_errors;
+        self.delayed += o.delayed;
+        self.writeback_cache |= o.writeback_cache;
+        for (k, v) in o.failed {
+            *self.failed.entry(k).or_default() += v;
+        }
+    }
+}
+
 /// What the network fault proxy between the load and the node did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
@@ -694,6 +731,10 @@ pub struct MemorySummary {
     /// kind's figures and trend, those ever above 0.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kinds: Vec<KindGrowth>,
+    /// A cluster's members, each one's RSS and its trend (the cell's
+    /// figures are their sum, against the sum of their limits).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<KindGrowth>,
     /// The call stacks whose live bytes grew most (`memory.profile`), or
     /// why there are none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -716,14 +757,15 @@ pub struct JvmAccountSummary {
     pub note: Option<String>,
 }
 
-/// What a cell's jemalloc profile found.
+/// What a cell's heap profile found.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct ProfileSummary {
-    /// `jemalloc`.
+    /// `jemalloc` or `heaptrack`.
     pub tool: String,
-    /// The two dumps compared, relative to the cell's folder, and the
-    /// seconds between them.
+    /// The two dumps compared (jemalloc's), or twice heaptrack's one
+    /// record, relative to the cell's folder, and the seconds between the
+    /// moments compared.
     pub base: Option<String>,
     pub last: Option<String>,
     pub seconds: f64,
@@ -812,8 +854,30 @@ impl MemorySummary {
     }
 
     /// "of which glibc arenas +110.0 MiB/h (8 arenas to 24)": the kind that
-    /// carried a growth of `total` bytes an hour, and its share of it.
+    /// carried a growth of `total` bytes an hour, and its share of it; in
+    /// a cluster, the member first ("of which member 3 +100.0 MiB/h, 83%
+    /// of it; ...").
     pub fn attribution(&self, total: f64) -> Option<String> {
+        let share = |slope: f64| match total > 0.0 {
+            true => format!(", {:.0}% of it", (slope / total * 100.0).min(100.0)),
+            false => String::new(),
+        };
+        let member = KindGrowth::fastest(&self.members).and_then(|m| {
+            let slope = m.slope_bytes_per_hour?;
+            Some(format!(
+                "of which {} {:+.1} MiB/h{}",
+                m.label,
+                slope / 1048576.0,
+                share(slope)
+            ))
+        });
+        match (member, self.kind_attribution(total)) {
+            (Some(m), Some(k)) => Some(format!("{m}; {k}")),
+            (m, k) => m.or(k),
+        }
+    }
+
+    fn kind_attribution(&self, total: f64) -> Option<String> {
         let k = self.growing_kind()?;
         let slope = k.slope_bytes_per_hour?;
         let share = if total > 0.0 {
@@ -1056,6 +1120,14 @@ pub struct LostWrite {
     pub acked_at_s: f64,
     /// What was read instead: `nothing`, `version N`, or bytes of no version.
     pub read: String,
+    /// What the oracle found it: `lost`, `corrupted`, `resurrected` or
+    /// `aborted` (a summary of an older soak, without it: `lost`).
+    #[serde(default = "lost_text")]
+    pub found: String,
+}
+
+fn lost_text() -> String {
+    "lost".into()
 }
 
 impl std::fmt::Display for LostWrite {
@@ -1110,6 +1182,14 @@ impl std::fmt::Display for Integrity {
 }
 
 impl Integrity {
+    /// The one "lost" every output shows and `lost_writes` judges beside
+    /// the unsynced tail: acknowledged writes read back older or missing,
+    /// and acknowledged deletes undone (resurrected). Corrupted, aborted
+    /// and lost-unsynced writes are counts of their own.
+    pub fn lost_writes(&self) -> u64 {
+        self.lost + self.resurrected
+    }
+
     pub fn add(&mut self, o: &Integrity) {
         self.verified += o.verified;
         self.lost += o.lost;

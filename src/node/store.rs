@@ -246,6 +246,7 @@ impl Store {
         if errors() > before {
             let why = self
                 .last_background_error()
+                .or_else(|| self.short_of_space())
                 .unwrap_or_else(|| "see RocksDB's LOG".into());
             return Err(format!("the compaction failed in the background: {why}"));
         }
@@ -253,12 +254,36 @@ impl Store {
     }
 
     /// The newest background error RocksDB's LOG names (`Background IO
-    /// error IO error: No space left on device: ...`).
+    /// error IO error: No space left on device: ...`, or a compaction's
+    /// `Compaction error: ...`).
     fn last_background_error(&self) -> Option<String> {
         let log = std::fs::read_to_string(self.data_dir.join("LOG")).ok()?;
-        log.lines()
-            .rev()
-            .find_map(|l| l.split_once("] Background ").map(|(_, r)| r.to_string()))
+        log.lines().rev().find_map(|l| {
+            ["] Background ", "Compaction error: "]
+                .iter()
+                .find_map(|m| l.split_once(m).map(|(_, r)| r.trim().to_string()))
+        })
+    }
+
+    /// When the LOG names no error (on a full disk its own lines may not
+    /// be written either), the filesystem's figures can: less free than
+    /// the database's table files, which a full compaction writes anew
+    /// beside the old, is no space for its output.
+    fn short_of_space(&self) -> Option<String> {
+        let tables = self.int_property("rocksdb.total-sst-files-size")?;
+        let fs = nix::sys::statvfs::statvfs(&self.data_dir).ok()?;
+        let free = fs.blocks_available() * fs.fragment_size();
+        let size = fs.blocks() * fs.fragment_size();
+        (free < tables).then(|| {
+            let mib = |b: u64| b as f64 / (1 << 20) as f64;
+            format!(
+                "No space left on device, by the filesystem's figures: {:.1} MiB free of {:.1} MiB, \
+                 less than the {:.1} MiB of tables the compaction writes anew (RocksDB's LOG names no error)",
+                mib(free),
+                mib(size),
+                mib(tables)
+            )
+        })
     }
 
     /// Flushes memtables and the WAL so that a clean stop leaves nothing to

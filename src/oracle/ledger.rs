@@ -108,6 +108,19 @@ pub enum KeyVerdict {
 }
 
 impl KeyVerdict {
+    /// Its name in the records: `lost`, `corrupted`, `in doubt`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyVerdict::Untouched => "untouched",
+            KeyVerdict::Ok => "as expected",
+            KeyVerdict::InDoubt => "in doubt",
+            KeyVerdict::Lost => "lost",
+            KeyVerdict::Corrupted => "corrupted",
+            KeyVerdict::Resurrected => "resurrected",
+            KeyVerdict::Aborted => "aborted",
+        }
+    }
+
     /// Lost, corrupted, resurrected or aborted: what a check fails on.
     pub fn is_finding(self) -> bool {
         matches!(
@@ -654,9 +667,9 @@ impl Ledger {
     }
 
     /// What a developer needs to find a lost write of key `k` in their
-    /// node's log: the version acknowledged (`acked`), when, and what was
-    /// read instead.
-    pub fn lost_write(&self, k: usize, acked: u32, seen: Observed) -> LostWrite {
+    /// node's log: the version acknowledged (`acked`), when, what was
+    /// read instead, and what the oracle found it (`found`).
+    pub fn lost_write(&self, k: usize, acked: u32, seen: Observed, found: KeyVerdict) -> LostWrite {
         LostWrite {
             key: Self::key_name(k),
             acked_version: acked,
@@ -666,6 +679,7 @@ impl Ledger {
                 Observed::Version(v) => format!("version {v}"),
                 Observed::Garbage => "bytes of no version".into(),
             },
+            found: found.as_str().into(),
         }
     }
 
@@ -954,7 +968,7 @@ mod tests {
         let v = set_version(&l, k, 1);
         while l.next_version(k) < v {}
         l.ack(k, v);
-        let lost = l.lost_write(k, v, Observed::Absent);
+        let lost = l.lost_write(k, v, Observed::Absent, KeyVerdict::Lost);
         assert_eq!(lost.key, "soak:3");
         assert_eq!(lost.acked_version, v);
         assert!((40.0..41.5).contains(&lost.acked_at_s), "{lost}");

@@ -11,12 +11,23 @@ use crate::units::Bytes;
 /// The section, when there is anything to say.
 pub fn section(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
     let m = &c.memory;
-    if m.kinds.is_empty() && m.profile.is_none() && m.jvm.is_none() {
+    if m.kinds.is_empty() && m.members.is_empty() && m.profile.is_none() && m.jvm.is_none() {
         return Ok(());
     }
     writeln!(w, "### Where the memory went\n")?;
+    if !m.members.is_empty() {
+        let growing = crate::model::KindGrowth::fastest(&m.members).map(|k| k.kind.as_str());
+        writeln!(
+            w,
+            "Resident memory by member (`members.csv.gz`; the figures above are their sum):\n"
+        )?;
+        table(w, "member", &m.members, growing)?;
+    }
     if !m.kinds.is_empty() {
         kinds(w, c)?;
+    }
+    if let Some(why) = m.rss.slope_per_hour.and_then(|s| m.attribution(s)) {
+        writeln!(w, "RSS grew {}, {why}.\n", mib_per_h(m.rss.slope_per_hour))?;
     }
     if let Some(j) = &m.jvm {
         jvm(w, j)?;
@@ -41,9 +52,20 @@ fn kinds(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
         w,
         "Resident memory by kind of mapping (`/proc/PID/smaps`), after warm-up and at the end:\n"
     )?;
-    writeln!(w, "| kind | after warm-up | at the end | peak | growth |")?;
+    table(w, "kind", &m.kinds, growing)
+}
+
+/// Rows of figures after warm-up, at the end, at the peak, and their
+/// growth; the one in `growing` in bold.
+fn table(
+    w: &mut impl Write,
+    head: &str,
+    rows: &[crate::model::KindGrowth],
+    growing: Option<&str>,
+) -> io::Result<()> {
+    writeln!(w, "| {head} | after warm-up | at the end | peak | growth |")?;
     writeln!(w, "|---|---:|---:|---:|---:|")?;
-    for k in &m.kinds {
+    for k in rows {
         let name = match (k.count_first, k.count_last) {
             (Some(a), Some(b)) => format!("{} ({a} → {b})", k.label),
             _ => k.label.clone(),
@@ -62,11 +84,7 @@ fn kinds(w: &mut impl Write, c: &CellResult) -> io::Result<()> {
             mib_per_h(k.slope_bytes_per_hour)
         )?;
     }
-    writeln!(w)?;
-    match m.rss.slope_per_hour.and_then(|s| m.attribution(s)) {
-        Some(why) => writeln!(w, "RSS grew {}, {why}.\n", mib_per_h(m.rss.slope_per_hour)),
-        None => Ok(()),
-    }
+    writeln!(w)
 }
 
 fn profile(w: &mut impl Write, p: &crate::model::ProfileSummary, folder: &str) -> io::Result<()> {
@@ -80,16 +98,25 @@ fn profile(w: &mut impl Write, p: &crate::model::ProfileSummary, folder: &str) -
                 .unwrap_or("no call stack grew between the two dumps")
         );
     }
-    writeln!(
-        w,
-        "**Call sites** whose live bytes grew most ({}'s heap profile, [{}]({folder}{}) to [{}]({folder}{}), {:.0} s apart; innermost frame first):\n",
-        p.tool,
-        p.base.as_deref().unwrap_or(""),
+    let (base, last) = (
         p.base.as_deref().unwrap_or(""),
         p.last.as_deref().unwrap_or(""),
-        p.last.as_deref().unwrap_or(""),
-        p.seconds
-    )?;
+    );
+    if base == last {
+        // One record of every allocation (heaptrack's), compared from the
+        // end of warm-up to its end.
+        writeln!(
+            w,
+            "**Call sites** whose live bytes grew most ({}'s record [{base}]({folder}{base}), over the {:.0} s after warm-up; innermost frame first):\n",
+            p.tool, p.seconds
+        )?;
+    } else {
+        writeln!(
+            w,
+            "**Call sites** whose live bytes grew most ({}'s heap profile, [{base}]({folder}{base}) to [{last}]({folder}{last}), {:.0} s apart; innermost frame first):\n",
+            p.tool, p.seconds
+        )?;
+    }
     writeln!(w, "| growth | rate | live at the end | stack |")?;
     writeln!(w, "|---:|---:|---:|---|")?;
     for g in &p.growing {

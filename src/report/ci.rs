@@ -130,7 +130,7 @@ fn cells_table(s: &Summary) -> String {
             "| {} | {} | {} | {} |{figures} {} | {} | {} | {ops} | {p99} |",
             code_span(&table_text(&c.id)),
             badge(c.verdict),
-            c.integrity.lost,
+            c.integrity.lost_writes(),
             c.integrity.corrupted,
             c.memory.oom_kills,
             Bytes(c.memory.peak_rss_bytes),
@@ -232,9 +232,48 @@ fn cell_details(c: &CellResult, charts: &Charts) -> String {
         }
         t.push('\n');
     }
+    if let Some(line) = where_it_went(c) {
+        let _ = writeln!(t, "{}\n", table_text(&line));
+    }
     t.push_str(&rss_chart(c, charts));
     t.push_str("</details>\n\n");
     t
+}
+
+/// "Where the memory went", in one line: the kind of mapping that grew
+/// fastest (with its arena count), and the call stack a heap profile saw
+/// grow most; none when nothing grew.
+fn where_it_went(c: &CellResult) -> Option<String> {
+    let m = &c.memory;
+    let kind = crate::model::KindGrowth::fastest(&m.kinds).map(|k| {
+        let counted = match (k.count_first, k.count_last) {
+            (Some(a), Some(b)) => format!(" ({a} → {b})"),
+            _ => String::new(),
+        };
+        format!(
+            "{}{counted} {:+.1} MiB/h",
+            k.label,
+            k.slope_bytes_per_hour.unwrap_or(0.0) / 1048576.0
+        )
+    });
+    let site = m
+        .profile
+        .as_ref()
+        .and_then(|p| p.growing.first().map(|g| (p, g)))
+        .map(|(p, g)| {
+            format!(
+                "grown most from `{}` ({}, {})",
+                g.frames.first().map_or("??", |f| f.as_str()),
+                p.tool,
+                g.growth_bytes_per_hour
+                    .map_or("rate unknown".into(), |r| format!(
+                        "{:+.1} MiB/h",
+                        r / 1048576.0
+                    ))
+            )
+        });
+    let parts: Vec<String> = kind.into_iter().chain(site).collect();
+    (!parts.is_empty()).then(|| format!("**Where the memory went:** {}", parts.join("; ")))
 }
 
 /// A cell id inside HTML (a `<summary>`): no tags, no line breaks.
@@ -411,6 +450,29 @@ mod tests {
         s
     }
 
+    /// "lost" is one count wherever it is printed: a resurrected delete
+    /// is a lost write in the report's table, the PR comment and the
+    /// HTML page as in the `lost_writes` check; corrupted stays apart.
+    #[test]
+    fn lost_counts_resurrected_deletes_in_every_table() {
+        let mut s = summary(1);
+        s.cells[0].integrity = crate::model::Integrity {
+            acknowledged: 100,
+            lost: 3,
+            resurrected: 2,
+            corrupted: 7,
+            ..Default::default()
+        };
+        let comment = pr_comment(&s, &Charts::new());
+        assert!(comment.contains(" | 5 | 7 |"), "{comment}");
+        let mut md = vec![];
+        crate::report::markdown::write(&mut md, &s, &Charts::new()).unwrap();
+        let md = String::from_utf8(md).unwrap();
+        assert!(md.contains(" | 100 | 5 | 7 |"), "{md}");
+        let html = crate::report::html::page(&s, None);
+        assert!(html.contains("<td>100</td><td>5</td><td>7</td>"), "{html}");
+    }
+
     fn charts(s: &Summary) -> Charts {
         s.cells
             .iter()
@@ -495,6 +557,37 @@ mod tests {
             "{}",
             &c[first..first + 80]
         );
+    }
+
+    #[test]
+    fn the_comment_says_where_the_memory_went_in_one_line() {
+        let mut s = summary(1);
+        s.cells[0].memory.kinds.push(crate::model::KindGrowth {
+            kind: "arenas".into(),
+            label: "glibc arenas".into(),
+            slope_bytes_per_hour: Some(110.0 * 1048576.0),
+            p_growth: Some(1e-6),
+            count_first: Some(8),
+            count_last: Some(24),
+            ..Default::default()
+        });
+        s.cells[0].memory.profile = Some(crate::model::ProfileSummary {
+            tool: "heaptrack".into(),
+            growing: vec![crate::model::GrowingStack {
+                frames: vec!["remember_session (allocnode.c:61)".into()],
+                growth_bytes_per_hour: Some(100.0 * 1048576.0),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let c = pr_comment(&s, &charts(&s));
+        assert!(
+            c.contains("**Where the memory went:** glibc arenas (8 → 24) +110.0 MiB/h; grown most from `remember_session (allocnode.c:61)` (heaptrack, +100.0 MiB/h)"),
+            "{c}"
+        );
+        // Nothing grew: no line.
+        let quiet = summary(1);
+        assert!(!pr_comment(&quiet, &charts(&quiet)).contains("Where the memory went"));
     }
 
     #[test]

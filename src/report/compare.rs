@@ -109,7 +109,7 @@ fn bytes(b: u64) -> Option<f64> {
 type Count = (&'static str, fn(&CellResult) -> Option<f64>);
 
 const COUNTS: &[Count] = &[
-    ("lost writes", |c| Some(c.integrity.lost as f64)),
+    ("lost writes", |c| Some(c.integrity.lost_writes() as f64)),
     ("corrupted writes", |c| Some(c.integrity.corrupted as f64)),
     ("resurrected deletes", |c| {
         Some(c.integrity.resurrected as f64)

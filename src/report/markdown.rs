@@ -48,6 +48,18 @@ pub fn write(w: &mut impl Write, s: &Summary, charts: &super::charts::Charts) ->
             s.missing_shards.join(", ")
         )?;
     }
+    for p in &s.prepared {
+        let how = match p.code {
+            Some(0) => "done".to_string(),
+            Some(c) => format!("**failed** (exit code {c})"),
+            None => "**stopped** (timed out, interrupted or killed)".to_string(),
+        };
+        writeln!(
+            w,
+            "Prepared: `{}`, {how} in {:.1} s; output in [{}]({}).\n",
+            p.command, p.took_s, p.log, p.log
+        )?;
+    }
     let found = super::text::finding_columns(s);
     let heads: String = found.iter().map(|f| format!(" {} |", f.heading)).collect();
     let rules = "---:|".repeat(found.len());
@@ -65,7 +77,7 @@ pub fn write(w: &mut impl Write, s: &Summary, charts: &super::charts::Charts) ->
             c.id,
             badge(c.verdict),
             c.integrity.acknowledged,
-            c.integrity.lost,
+            c.integrity.lost_writes(),
             c.integrity.corrupted,
             c.integrity.in_doubt,
             c.memory.oom_kills,

@@ -55,6 +55,8 @@ pub(super) struct CellMeasures {
     pub(super) windows: Vec<crate::model::WindowLoad>,
     /// The samples kept (see [`crate::telemetry::Kept`]), of how many taken.
     pub(super) samples: Vec<Sample>,
+    /// A cluster's members' own samples, in member order.
+    pub(super) members: Vec<Vec<Sample>>,
     pub(super) samples_taken: usize,
     pub(super) scrapes: Option<ScrapeStats>,
     pub(super) cgroup: Option<CgroupSummary>,
@@ -84,7 +86,7 @@ pub(super) struct CellMeasures {
 }
 
 fn memory_summary(plan: &CellPlan, m: &CellMeasures) -> MemorySummary {
-    let (samples, limit, w) = (&m.samples, plan.limits.memory, plan.warmup_s);
+    let (samples, limit, w) = (&m.samples, plan.memory_limit(), plan.warmup_s);
     let rss = analysis::analyse(samples, |s| s.rss, w, limit);
     let pss = analysis::analyse(samples, |s| s.pss, w, limit);
     let anon = analysis::analyse(samples, |s| s.anon, w, limit);
@@ -124,6 +126,7 @@ fn memory_summary(plan: &CellPlan, m: &CellMeasures) -> MemorySummary {
             last_error: s.last_error.clone(),
         }),
         kinds: analysis::kinds::of_mappings(samples, w),
+        members: analysis::kinds::of_members(&m.members, w),
         jvm: m
             .jvm
             .as_ref()
@@ -293,6 +296,9 @@ fn files(
     }
     if plan.scrape.is_some() {
         files.insert("metrics.csv.gz".into(), format!("{rel}/metrics.csv.gz"));
+    }
+    if plan.cluster.is_some() && plan.dir.join("members.csv.gz").exists() {
+        files.insert("members.csv.gz".into(), format!("{rel}/members.csv.gz"));
     }
     for e in execs {
         files.insert(e.log.clone(), format!("{rel}/{}", e.log));

@@ -2,6 +2,7 @@
 
 mod assemble;
 pub mod dashboard;
+mod prepare;
 mod resources;
 
 use std::collections::BTreeMap;
@@ -336,6 +337,7 @@ pub async fn run(
         announce(&suite, opts, cells.len(), seed, &dir);
     }
     let ctx = run_context(&suite, opts, &run_id, &dir, seed)?;
+    let prepared = prepare_run(&suite, opts, &ctx, &dir, &interrupt, (started, origin)).await?;
     progress.begin_run(&suite, cells.len(), opts.duration_scale);
     if let Some(d) = &dashboard {
         d.run(&dir, cells.len());
@@ -381,6 +383,7 @@ pub async fn run(
         let _ = crate::report::write_all(&dir, &summary, &charts);
     }
     let mut summary = summary_of(&suite, opts, &ctx, started, origin, results);
+    summary.prepared = prepared;
     if *interrupt.borrow() {
         summary.stopped = Some(Stop::Interrupted);
     }
@@ -396,6 +399,34 @@ pub async fn run(
         return Err(e);
     }
     Ok((summary, dir))
+}
+
+/// The suite's `prepare:` steps; when one fails, the report says which,
+/// with its log, and no cell runs.
+async fn prepare_run(
+    suite: &Suite,
+    opts: &RunOptions,
+    ctx: &RunContext,
+    dir: &Path,
+    interrupt: &watch::Receiver<bool>,
+    (started, origin): (chrono::DateTime<chrono::Utc>, tokio::time::Instant),
+) -> Result<Vec<crate::model::Prepared>, RunError> {
+    let (prepared, ready) = prepare::run(
+        &suite.prepare,
+        &ctx.suite_dir,
+        dir,
+        interrupt.clone(),
+        opts.quiet,
+    )
+    .await;
+    if let Err(e) = ready {
+        let mut summary = summary_of(suite, opts, ctx, started, origin, vec![]);
+        summary.prepared = prepared;
+        summary.verdict = Verdict::Error;
+        let _ = crate::report::write_all(dir, &summary, &BTreeMap::new());
+        return Err(e);
+    }
+    Ok(prepared)
 }
 
 /// Keeps a cell's result (and its chart), or the error it could not run
@@ -474,7 +505,7 @@ pub fn tell(summary: &Summary) {
             "soak: cell {}: {} (lost {}, corrupted {}, in doubt {}{figures}, OOM kills {}, restarts {})",
             c.id,
             c.verdict.as_str(),
-            c.integrity.lost,
+            c.integrity.lost_writes(),
             c.integrity.corrupted,
             c.integrity.in_doubt,
             c.memory.oom_kills,
@@ -630,6 +661,7 @@ fn summary_of(
         cells,
         merged: vec![],
         missing_shards: vec![],
+        prepared: vec![],
     }
 }
 
@@ -713,6 +745,9 @@ async fn run_cell(
         parts.cgroup.as_deref(),
         parts.engine.as_ref(),
     ));
+    if let Some(text) = parts.fault_fs_notice() {
+        bus.notice("fault filesystem", text);
+    }
     let ctx = Context {
         dir: plan.dir.clone(),
         vars: plan.vars.clone(),

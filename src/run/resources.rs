@@ -17,7 +17,7 @@ use crate::driver::cgroup::{self, place::Placement, Cgroup};
 use crate::driver::Node;
 use crate::faults::disk::Mounted;
 use crate::faults::proxy::Proxy;
-use crate::faults::Faults;
+use crate::faults::{Faults, MemberDisks};
 use crate::model::CgroupSummary;
 use crate::plan::CellPlan;
 use crate::services::Services;
@@ -33,6 +33,8 @@ pub(super) struct CellResources {
     pub(super) load: Option<Load>,
     pub(super) node: AnyNode,
     disk: Option<FaultFs>,
+    /// A cluster's: one under each member's data directory.
+    members_disks: Vec<FaultFs>,
     pub(super) proxy: Option<Arc<Proxy>>,
     /// The node's cgroup, as telemetry and the report read it.
     pub(super) cgroup: Option<Arc<Cgroup>>,
@@ -60,25 +62,39 @@ impl CellResources {
                 .await
                 .map_err(RunError::Environment)?,
         ));
-        let (node, cgroup) = prepare_node(plan, placement).await?;
+        let (node, cgroup, member_cgroups) = prepare_node(plan, placement).await?;
         let info = node.info();
         let (proxy, load) = start_load(plan, origin).await?;
         // With disk faults, the data directory is soak's fault filesystem;
         // the files live in a folder beside it, which telemetry reads.
-        let disk = match plan.fault_fs {
-            Some(writes) => Some(mount_fault_fs(plan, writes)?),
-            None => None,
+        let (disk, members_disks) = match (plan.fault_fs, &plan.cluster) {
+            (Some(writes), None) => (Some(mount_fault_fs(plan, &plan.data_dir, writes)?), vec![]),
+            (Some(writes), Some(c)) => (
+                None,
+                c.members
+                    .iter()
+                    .map(|m| mount_fault_fs(plan, &m.data_dir, writes))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            (None, _) => (None, vec![]),
         };
         let target = Target {
             pid: Arc::new(AtomicI32::new(0)),
             segment: Arc::new(AtomicU32::new(0)),
             cgroup: cgroup.clone(),
-            data_dir: Some(match disk.as_ref().and_then(|d| d.mounted.as_ref()) {
-                Some(m) => m.backing().to_path_buf(),
-                None => plan.data_dir.clone(),
-            }),
+            data_dir: Some(
+                match disk
+                    .as_ref()
+                    .or(members_disks.first())
+                    .and_then(|d| d.mounted.as_ref())
+                {
+                    Some(m) => m.backing().to_path_buf(),
+                    None => plan.data_dir.clone(),
+                },
+            ),
             pid_cgroup: plan.container.is_some(),
             engine_memory: info.engine_memory,
+            members: member_watches(plan, member_cgroups, &members_disks),
         };
         if let (Some(user), None) = (&plan.node.user, &plan.container) {
             give_data_dir(&plan.data_dir, user)?;
@@ -89,6 +105,7 @@ impl CellResources {
             load,
             node,
             disk,
+            members_disks,
             proxy,
             cgroup,
             engine: info.engine,
@@ -106,7 +123,31 @@ impl CellResources {
         if let Some(m) = self.disk.as_ref().and_then(|d| d.mounted.clone()) {
             faults = faults.with(m);
         }
+        if !self.members_disks.is_empty() {
+            let each = self.members_disks.iter().filter_map(|d| d.mounted.clone());
+            faults = faults.with(Arc::new(MemberDisks(each.collect())));
+        }
         faults
+    }
+
+    /// What the cell's fault filesystem does not give its node, said once
+    /// it is mounted (`None` without one).
+    pub(super) fn fault_fs_notice(&self) -> Option<String> {
+        let mounted: Vec<&FaultFs> = self.disk.iter().chain(&self.members_disks).collect();
+        let first = mounted.first()?;
+        first.mounted.as_ref()?;
+        let at = match mounted.len() {
+            1 => first.data_dir.display().to_string(),
+            n => format!(
+                "{} and the other {} members' data directories",
+                first.data_dir.display(),
+                n - 1
+            ),
+        };
+        Some(format!(
+            "under {at}; it does not give {} (soak doctor tries the rest on this host)",
+            crate::faults::disk::not_given()
+        ))
     }
 
     /// Takes the parts down in reverse order (telemetry, the load's log,
@@ -119,7 +160,7 @@ impl CellResources {
         bus: &mut Bus,
     ) -> CellMeasures {
         let Stopped {
-            kept,
+            mut kept,
             scrapes,
             profile: watched,
             jvm,
@@ -128,6 +169,7 @@ impl CellResources {
             None => Stopped::default(),
         };
         let samples_taken = kept.taken();
+        let members = kept.take_members();
         let samples = kept.into_samples();
         let mut history = None;
         if let Some(l) = self.load.as_mut() {
@@ -142,14 +184,19 @@ impl CellResources {
         let cgroup = self
             .cgroup
             .as_deref()
-            .map(|c| cgroup_summary(c, placement, &samples));
-        let oom_kills = oom_kills(self.cgroup.as_deref(), bus);
+            .map(|c| cgroup_summary(c, &self.target.members, placement, &samples));
+        let oom_kills = oom_kills(self.cgroup.as_deref(), &self.target.members, bus);
         self.node.shutdown().await;
         let services = self.services.lock().await.stop().await;
         let faults = self.faults().record();
         let said = crate::analysis::log::read(&plan.dir.join("node.log"), 8, 4);
         let profile = profile_summary(plan, watched);
-        if let Some(mut d) = self.disk.take() {
+        for mut d in self
+            .disk
+            .take()
+            .into_iter()
+            .chain(self.members_disks.drain(..))
+        {
             d.unmount();
         }
         let load = self.load.as_ref();
@@ -161,6 +208,7 @@ impl CellResources {
             served: load.map(|l| l.served()).unwrap_or_default(),
             load: load.map(|l| l.stats()),
             samples,
+            members,
             samples_taken,
             scrapes,
             cgroup,
@@ -207,13 +255,17 @@ impl Drop for FaultFs {
     }
 }
 
+/// The node, the cgroup the cell reads for its limit, and a cluster's
+/// members' cgroups.
+type Prepared = (AnyNode, Option<Arc<Cgroup>>, Vec<Arc<Cgroup>>);
+
 /// The node of a cell, in its cgroup (required for a memory limit;
 /// otherwise used when it can be), with `node.json` written for `soak
 /// verify` should soak itself not finish.
 async fn prepare_node(
     plan: &CellPlan,
     placement: Option<&Placement>,
-) -> Result<(AnyNode, Option<Arc<Cgroup>>), RunError> {
+) -> Result<Prepared, RunError> {
     if let Some(c) = &plan.cluster {
         return prepare_cluster(plan, c, placement);
     }
@@ -248,16 +300,17 @@ async fn prepare_node(
     let node = AnyNode::open(plan.node.clone(), plan.container.clone(), cg)
         .await
         .map_err(|e| RunError::Environment(e.to_string()))?;
-    Ok((node, view))
+    Ok((node, view, vec![]))
 }
 
-/// A cluster's members, each in its network namespace and cgroup; the
-/// cell's telemetry reads member 1's cgroup.
+/// A cluster's members, each in its network namespace and cgroup; their
+/// cgroups as telemetry reads them (the cell's is member 1's, for its
+/// limit).
 fn prepare_cluster(
     plan: &CellPlan,
     c: &crate::plan::ClusterPlan,
     placement: Option<&Placement>,
-) -> Result<(AnyNode, Option<Arc<Cgroup>>), RunError> {
+) -> Result<Prepared, RunError> {
     use crate::driver::process::ProcessNode;
     let net = crate::net::netns::Network::create(
         &crate::lock::run_id(),
@@ -267,7 +320,7 @@ fn prepare_cluster(
     )
     .map_err(|e| RunError::Environment(format!("cannot make the cluster's network: {e}")))?;
     let mut members = Vec::with_capacity(c.members.len());
-    let mut view = None;
+    let mut views = vec![];
     for (i, m) in c.members.iter().enumerate() {
         std::fs::create_dir_all(&m.data_dir)
             .map_err(RunError::io(m.data_dir.display().to_string()))?;
@@ -283,9 +336,7 @@ fn prepare_cluster(
                 Err(_) => None,
             },
         };
-        if i == 0 {
-            view = cg.as_ref().map(|c| Arc::new(c.view()));
-        }
+        views.push(cg.as_ref().map(|c| Arc::new(c.view())));
         let mut spec = m.spec.clone();
         spec.netns = Some(net.members()[i].file.clone());
         members.push(ProcessNode::new(spec, cg));
@@ -294,7 +345,38 @@ fn prepare_cluster(
     let versions = c.members.iter().map(|m| m.versions.clone()).collect();
     let node =
         crate::driver::cluster::ClusterNode::new(members, net, leader, c.leader_timeout, versions);
-    Ok((AnyNode::Cluster(node), view))
+    let first = views.first().cloned().flatten();
+    // Telemetry reads the members one by one only if each has its cgroup.
+    let each = views
+        .into_iter()
+        .collect::<Option<Vec<_>>>()
+        .unwrap_or_default();
+    Ok((AnyNode::Cluster(node), first, each))
+}
+
+/// What telemetry reads of each member: its cgroup, and its data
+/// directory (the fault filesystem's files, where it has one); none
+/// without the members' cgroups.
+fn member_watches(
+    plan: &CellPlan,
+    cgroups: Vec<Arc<Cgroup>>,
+    disks: &[FaultFs],
+) -> Vec<crate::telemetry::MemberWatch> {
+    let Some(c) = &plan.cluster else {
+        return vec![];
+    };
+    cgroups
+        .into_iter()
+        .zip(&c.members)
+        .enumerate()
+        .map(|(i, (cgroup, m))| crate::telemetry::MemberWatch {
+            cgroup,
+            data_dir: match disks.get(i).and_then(|d| d.mounted.as_ref()) {
+                Some(fs) => fs.backing().to_path_buf(),
+                None => m.data_dir.clone(),
+            },
+        })
+        .collect()
 }
 
 /// What telemetry kept while the cell ran.
@@ -305,8 +387,8 @@ struct Telemetry {
     jvm: Option<crate::telemetry::nmt::Watch>,
 }
 
-/// Keeps the heap profiler's dumps bounded while the node runs (two per
-/// process: see [`crate::telemetry::jeprof::prune`]), and notes when each
+/// Keeps jemalloc's dumps bounded while the node runs (two per process:
+/// see [`crate::telemetry::jeprof::prune`]), and notes when each
 /// of the node's processes started, to find the end of its warm-up.
 struct ProfileWatch {
     dir: std::path::PathBuf,
@@ -326,6 +408,7 @@ impl ProfileWatch {
         dir: &std::path::Path,
         target: &Target,
         warmup_s: f64,
+        prune: bool,
     ) -> std::io::Result<ProfileWatch> {
         std::fs::create_dir_all(dir)?;
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
@@ -342,6 +425,9 @@ impl ProfileWatch {
                         if p > 0 {
                             seen.started.entry(p).or_insert_with(std::time::SystemTime::now);
                             seen.last = Some(p);
+                        }
+                        if !prune {
+                            continue;
                         }
                         let (folder, started) = (folder.clone(), seen.started.clone());
                         let _ = tokio::task::spawn_blocking(move || {
@@ -394,8 +480,13 @@ impl Telemetry {
         };
         let profile = match &plan.profile {
             Ok(Some(p)) => Some(
-                ProfileWatch::start(&p.dir, target, plan.warmup_s)
-                    .map_err(RunError::io(p.dir.display().to_string()))?,
+                ProfileWatch::start(
+                    &p.dir,
+                    target,
+                    plan.warmup_s,
+                    matches!(p.tool, crate::plan::ProfileTool::Jemalloc { .. }),
+                )
+                .map_err(RunError::io(p.dir.display().to_string()))?,
             ),
             _ => None,
         };
@@ -484,6 +575,15 @@ fn profile_summary(
             note: Some(why.clone()),
             ..Default::default()
         }),
+        (Ok(Some(p)), Some((dir, seen))) if p.tool == crate::plan::ProfileTool::Heaptrack => {
+            Some(crate::telemetry::heaptrack::summarize(
+                &dir,
+                &plan.dir,
+                seen.last,
+                &seen.started,
+                warmup,
+            ))
+        }
         (Ok(Some(_)), Some((dir, seen))) => {
             jeprof::prune(&dir, &seen.started, warmup);
             Some(jeprof::summarize(
@@ -564,14 +664,18 @@ pub(super) fn cell_event(
 /// The kernel's OOM kills of the node's cgroup; a container's cgroup
 /// goes with it, so its OOM kills are the engine's word (`OOMKilled`),
 /// one per restart it caused.
-fn oom_kills(cg: Option<&Cgroup>, bus: &Bus) -> u64 {
+fn oom_kills(cg: Option<&Cgroup>, members: &[crate::telemetry::MemberWatch], bus: &Bus) -> u64 {
     let oom_restarts = bus
         .recorder
         .restarts
         .iter()
         .filter(|r| r.reason == crate::model::Cause::Oom)
         .count() as u64;
-    cg.map(|c| c.oom_kills()).unwrap_or(0).max(oom_restarts)
+    let kernel = match members.is_empty() {
+        true => cg.map(|c| c.oom_kills()).unwrap_or(0),
+        false => members.iter().map(|m| m.cgroup.oom_kills()).sum(),
+    };
+    kernel.max(oom_restarts)
 }
 
 /// Gives the node's data directory to the user it runs as, after making
@@ -607,12 +711,14 @@ fn give_data_dir(data_dir: &std::path::Path, user: &str) -> Result<(), RunError>
 /// `data.files` beside it while it is mounted.
 fn mount_fault_fs(
     plan: &CellPlan,
+    data_dir: &std::path::Path,
     writes: crate::faults::disk::Writes,
 ) -> Result<FaultFs, RunError> {
-    let backing = crate::faults::disk::backing_of(&plan.data_dir);
+    std::fs::create_dir_all(data_dir).map_err(RunError::io(data_dir.display().to_string()))?;
+    let backing = crate::faults::disk::backing_of(data_dir);
     crate::faults::disk::Mounted::mount(
         &backing,
-        &plan.data_dir,
+        data_dir,
         &crate::lock::run_id(),
         plan.seed,
         plan.disk_limit,
@@ -620,12 +726,12 @@ fn mount_fault_fs(
     )
     .map(|m| FaultFs {
         mounted: Some(Arc::new(m)),
-        data_dir: plan.data_dir.clone(),
+        data_dir: data_dir.to_path_buf(),
     })
     .map_err(|e| {
         RunError::Environment(format!(
             "cannot mount soak's fault filesystem at {} (disk faults need root and /dev/fuse; `modprobe fuse` loads it): {e}",
-            plan.data_dir.display()
+            data_dir.display()
         ))
     })
 }
@@ -644,7 +750,36 @@ async fn start_proxy(target: &str, seed: u64) -> Result<crate::faults::proxy::Pr
 }
 
 /// What a node's cgroup recorded, from its files and the samples.
+/// The node's cgroup; a cluster's, the member's that came nearest its
+/// limit (the largest peak), with the kernel's counts of every member.
 fn cgroup_summary(
+    c: &cgroup::Cgroup,
+    members: &[crate::telemetry::MemberWatch],
+    placement: Option<&Placement>,
+    samples: &[Sample],
+) -> CgroupSummary {
+    let Some(top) = members.iter().max_by_key(|m| m.cgroup.peak()) else {
+        return cgroup_summary_of(c, placement, samples);
+    };
+    let mut summary = cgroup_summary_of(&top.cgroup, placement, samples);
+    let (mut high, mut max, mut oom, mut oom_kill) = (0, 0, 0, 0);
+    for m in members {
+        let e = m.cgroup.events();
+        (high, max, oom, oom_kill) = (
+            high + e.high,
+            max + e.max,
+            oom + e.oom,
+            oom_kill + e.oom_kill,
+        );
+    }
+    summary.events_high = high;
+    summary.events_max = max;
+    summary.events_oom = oom;
+    summary.oom_kills = oom_kill;
+    summary
+}
+
+fn cgroup_summary_of(
     c: &cgroup::Cgroup,
     placement: Option<&Placement>,
     samples: &[Sample],

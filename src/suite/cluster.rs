@@ -186,6 +186,12 @@ pub enum Verb {
     /// a start; with several members, one at a time, each ready before
     /// the next (a rolling upgrade).
     Upgrade(String),
+    /// SIGKILL and every byte the member had not fsynced dropped from its
+    /// data directory (soak's fault filesystem), then a start; several
+    /// members lose their power together and start together.
+    PowerCut {
+        torn: bool,
+    },
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -253,6 +259,12 @@ impl MemberPhase {
         })
     }
 
+    /// Whether it cuts the members' power (through soak's fault
+    /// filesystem under each one's data directory).
+    pub fn cuts_power(&self) -> bool {
+        matches!(self.verb, Verb::PowerCut { .. })
+    }
+
     pub fn word(&self) -> &'static str {
         match self.verb {
             Verb::Kill(_) => "kill",
@@ -261,6 +273,7 @@ impl MemberPhase {
             Verb::Restart => "restart",
             Verb::Pause(_) => "pause",
             Verb::Upgrade(_) => "upgrade",
+            Verb::PowerCut { .. } => "power_cut",
         }
     }
 }
@@ -270,6 +283,12 @@ impl fmt::Display for MemberPhase {
         match &self.verb {
             Verb::Kill(s) => write!(f, "kill member {} ({s})", self.member),
             Verb::Upgrade(v) => write!(f, "upgrade member {} to {v}", self.member),
+            Verb::PowerCut { torn } => write!(
+                f,
+                "power cut member {}{}",
+                self.member,
+                if *torn { " (torn)" } else { "" }
+            ),
             Verb::Pause(d) => write!(
                 f,
                 "pause member {} for {}",
@@ -615,6 +634,9 @@ impl MemberPhase {
             Verb::Upgrade(v) => {
                 m.insert("to".into(), Value::String(v.clone()));
             }
+            Verb::PowerCut { torn: true } => {
+                m.insert("torn".into(), Value::Bool(true));
+            }
             _ => {}
         }
         let mut outer = Mapping::new();
@@ -789,10 +811,14 @@ pub fn problems(suite: &super::Suite) -> Vec<(String, String)> {
     if suite.uses_network_faults() {
         out.push(("phases".into(), not_yet("soak's proxy between the load and the node (`network` faults): cut the members apart with `partition` instead")));
     }
-    if suite.uses_disk_faults() && suite.limits.disk.is_none() {
+    if let Some(d) = suite
+        .disk_faults()
+        .into_iter()
+        .find(|d| !matches!(d, super::faults::DiskFault::PowerCut { .. }))
+    {
         out.push((
             "phases".into(),
-            not_yet("soak's fault filesystem (power cuts, disk faults)"),
+            not_yet(&format!("`{}` (each member's data directory is soak's fault filesystem for power cuts only)", d.word())),
         ));
     }
     out

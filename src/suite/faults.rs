@@ -141,15 +141,14 @@ impl DiskFault {
         })
     }
 
-    /// The phase `word: VALUE`, read from `map`'s next value.
+    /// The phase `word: VALUE`, read from `map`'s next value
+    /// (`power_cut`'s map is read beside a member's: see
+    /// `phase::power_cut_value`).
     pub fn from_map<'de, A: MapAccess<'de>>(
         word: &str,
         map: &mut A,
     ) -> Option<Result<DiskFault, A::Error>> {
         Some(match word {
-            "power_cut" => map
-                .next_value::<PowerCutRaw>()
-                .map(|r| DiskFault::PowerCut { torn: r.torn }),
             "disk_full" => map
                 .next_value::<RoomRaw>()
                 .map(|r| DiskFault::DiskFull(r.0)),
@@ -196,13 +195,6 @@ impl fmt::Display for DiskFault {
             ),
         }
     }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PowerCutRaw {
-    #[serde(default)]
-    torn: bool,
 }
 
 struct RoomRaw(Room);

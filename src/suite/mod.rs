@@ -77,6 +77,31 @@ pub struct Suite {
     /// gives the median and spread of its figures, and says which
     /// differences between cells are within that spread.
     pub repeat: Option<Count>,
+    /// What must be made before the first cell (a build script), run
+    /// once per run, in order, from the suite's folder; a step that
+    /// fails is the run's environment error (exit 3), quoting its output.
+    #[serde(default)]
+    pub prepare: Vec<PrepareStep>,
+}
+
+/// One step of `prepare:`: a command run once per run before the cells.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PrepareStep {
+    /// The argv, templated with `${SUITE_DIR}` and `${RUN_DIR}` only (no
+    /// cell exists yet); never run through a shell.
+    pub command: Vec<String>,
+    /// Killed (its whole process group) after this long: a build's cold
+    /// first run counts too.
+    #[serde(default = "default_prepare_timeout")]
+    pub timeout: Dur,
+}
+
+/// The variables a `prepare:` step may use.
+pub const PREPARE_VARIABLES: &[&str] = &["SUITE_DIR", "RUN_DIR"];
+
+fn default_prepare_timeout() -> Dur {
+    Dur(std::time::Duration::from_secs(30 * 60))
 }
 
 /// One version of the node: its own command, and environment variables
@@ -104,10 +129,13 @@ pub struct MemorySpec {
     /// `jemalloc`: preload Debian's jemalloc with its heap profiler on
     /// (cells whose allocator is jemalloc, or that name none), and list
     /// the call stacks whose live bytes grew most after warm-up.
+    /// `heaptrack`: preload Debian's heaptrack, which records every
+    /// allocation of the process soak starts, under whatever allocator
+    /// the cell runs (glibc's, most often), and list the same.
     pub profile: Option<MemoryProfile>,
-    /// The profiler dumps every time the node has allocated this much
-    /// (rounded down to a power of two, at least 1MiB; default 256MiB):
-    /// lower for a node that allocates little.
+    /// jemalloc's profiler dumps every time the node has allocated this
+    /// much (rounded down to a power of two, at least 1MiB; default
+    /// 256MiB): lower for a node that allocates little.
     pub dump_every: Option<values::Size>,
     /// `nmt`: turn on the JVM's Native Memory Tracking (added to the
     /// node's `JAVA_TOOL_OPTIONS`) and read its categories as series
@@ -130,6 +158,7 @@ pub enum JvmAccount {
 #[serde(rename_all = "lowercase")]
 pub enum MemoryProfile {
     Jemalloc,
+    Heaptrack,
 }
 
 /// How soak watches the node.
@@ -550,11 +579,16 @@ const TOP_KEYS: [&str; 10] = [
 /// Whether `phases` put a fault on the data directory.
 /// The disk faults of `phases`, those a chaos schedule may draw among them.
 fn disk_faults_in<'a>(phases: &'a [Phase], out: &mut Vec<&'a faults::DiskFault>) {
+    // A member's power cut is the same fault on its own data directory.
+    static CUT: faults::DiskFault = faults::DiskFault::PowerCut { torn: false };
+    let member = |m: &cluster::MemberPhase| m.cuts_power().then_some(&CUT);
     for p in phases {
         match p {
             Phase::Disk(d) => out.push(d),
+            Phase::Member(m) => out.extend(member(m)),
             Phase::Chaos(c) => out.extend(c.actions.iter().filter_map(|a| match a {
                 ChaosAction::Disk(d) => Some(d),
+                ChaosAction::Member(m) => member(m),
                 _ => None,
             })),
             Phase::Repeat { phases, .. } => disk_faults_in(phases, out),
@@ -584,9 +618,15 @@ impl Suite {
     /// disk faults in the phases (a chaos `power_cut` among them), or a
     /// `limits.disk`.
     pub fn uses_disk_faults(&self) -> bool {
+        self.limits.disk.is_some() || !self.disk_faults().is_empty()
+    }
+
+    /// The disk faults of the phases (inside `repeat` and chaos
+    /// schedules too; a member's power cut as a power cut).
+    pub fn disk_faults(&self) -> Vec<&faults::DiskFault> {
         let mut faults = vec![];
         disk_faults_in(&self.phases, &mut faults);
-        self.limits.disk.is_some() || !faults.is_empty()
+        faults
     }
 
     /// Whether the kernel may gather the node's writes before they reach
@@ -677,6 +717,16 @@ impl Suite {
         if let (Some(high), Some(max)) = (self.limits.high, self.limits.memory) {
             if high.0 > max.0 {
                 out.push(("limits.high".into(), format!("`high` ({}) is above `memory` ({}): the node would be killed before it is ever throttled; give a `high` below `memory`", crate::units::Bytes(high.0), crate::units::Bytes(max.0))));
+            }
+        }
+        for (i, step) in self.prepare.iter().enumerate() {
+            if step.command.is_empty() {
+                out.push((format!("prepare[{i}].command"), "the command is empty: give the step's argv, e.g. [\"${SUITE_DIR}/../nodes/netty/build\"]".into()));
+            }
+            for (j, arg) in step.command.iter().enumerate() {
+                if let Err(e) = template::check(arg, PREPARE_VARIABLES) {
+                    out.push((format!("prepare[{i}].command[{j}]"), format!("{e} (a prepare step runs once per run, before any cell: cell variables such as ${{PORT}} are not known yet)")));
+                }
             }
         }
         out.extend(self.check_ready());

@@ -457,6 +457,7 @@ impl ChaosAction {
             ChaosAction::Member(m) => match m.verb {
                 super::cluster::Verb::Kill(_) => Action::Kill,
                 super::cluster::Verb::Pause(_) => Action::Pause,
+                super::cluster::Verb::PowerCut { .. } => Action::PowerCut,
                 _ => Action::Restart,
             },
             ChaosAction::Partition(_) | ChaosAction::Heal => Action::Partition,
@@ -476,6 +477,7 @@ impl ChaosAction {
     /// Whether it goes through soak's fault filesystem.
     pub fn on_disk(&self) -> bool {
         matches!(self, ChaosAction::Disk(_))
+            || matches!(self, ChaosAction::Member(m) if m.cuts_power())
     }
 }
 
@@ -545,6 +547,11 @@ impl<'de> Deserialize<'de> for ChaosAction {
                     ChaosAction::Member(map.next_value_seed(MemberOnly(word))?)
                 } else if key == "partition" {
                     ChaosAction::Partition(map.next_value()?)
+                } else if key == "power_cut" {
+                    match power_cut_value(&mut map)? {
+                        Either::Plain(d) => ChaosAction::Disk(d),
+                        Either::Member(m) => ChaosAction::Member(m),
+                    }
                 } else {
                     match DiskFault::from_map(&key, &mut map) {
                         Some(r) => ChaosAction::Disk(r?),
@@ -583,6 +590,26 @@ impl<'de> de::DeserializeSeed<'de> for MemberOnly {
             Either::Plain(_) => unreachable!("NoValue never reads"),
         }
     }
+}
+
+/// `power_cut`'s value: `{ torn: true }` for the node (every member of a
+/// cluster at once), or with `member:` for those members.
+fn power_cut_value<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Either<DiskFault>, A::Error> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Raw {
+        #[serde(default)]
+        torn: bool,
+        member: Option<super::cluster::Target>,
+    }
+    let r: Raw = map.next_value()?;
+    Ok(match r.member {
+        Some(member) => Either::Member(super::cluster::MemberPhase {
+            verb: super::cluster::Verb::PowerCut { torn: r.torn },
+            member,
+        }),
+        None => Either::Plain(DiskFault::PowerCut { torn: r.torn }),
+    })
 }
 
 /// `chaos: { during: 10m, every: 30s..2m, actions: [kill, pause], seed: 7 }`
@@ -827,6 +854,10 @@ impl<'de> Deserialize<'de> for Phase {
                 let phase = match key.as_str() {
                     w @ ("kill" | "pause" | "start" | "stop" | "restart" | "partition" | "heal"
                     | "upgrade") => member_word(w, &mut map)?,
+                    "power_cut" => match power_cut_value(&mut map)? {
+                        Either::Plain(d) => Phase::Disk(d),
+                        Either::Member(m) => Phase::Member(m),
+                    },
                     "run" => Phase::Run(map.next_value::<RunFor>()?),
                     "wait" => Phase::Wait(map.next_value::<Dur>()?.0),
                     "limit" => Phase::Limit(map.next_value::<Size>()?),

@@ -163,8 +163,6 @@ manual!(Phase, "Phase", |g| {
                     "properties": { "latency": dur, "jitter": dur,
                         "bandwidth": { "type": "string", "pattern": r"^\s*[0-9][0-9_]*(\.[0-9]+)?\s*(B|KiB|MiB|GiB|KB|MB|GB)?/s\s*$" },
                         "blackhole": { "type": "boolean" }, "reset": { "type": "boolean" }, "slow_close": dur } }] });
-    let power_cut = serde_json::json!({ "description": "SIGKILL, and every byte not fsynced dropped from the data directory (soak's fault filesystem); `torn: true` keeps a random part of each file's unsynced tail",
-                    "type": "object", "additionalProperties": false, "properties": { "torn": { "type": "boolean" } } });
     let disk_full = serde_json::json!({ "description": "ENOSPC on writes that grow the data directory: `true` (now), a size of room left (e.g. 16MiB), or `false` (space back)",
                     "anyOf": [{ "type": "boolean" }, size] });
     let io_errors = serde_json::json!({ "description": "EIO on a share of the operations: { rate: 0.1, ops: [read, write, fsync], path: \"*.sst\" }, or `clear`",
@@ -175,6 +173,8 @@ manual!(Phase, "Phase", |g| {
                     "properties": { "rate": { "type": "number", "exclusiveMinimum": 0, "maximum": 1 }, "delay": dur, "ops": io_ops, "path": { "type": "string" } } }] });
     let member = serde_json::json!({ "description": "a member: a number (1 is the first), random, leader, minority, majority or all",
                     "anyOf": [{ "type": "integer", "minimum": 1 }, { "enum": crate::suite::cluster::TARGETS }] });
+    let power_cut = serde_json::json!({ "description": "SIGKILL, and every byte not fsynced dropped from the data directory (soak's fault filesystem), then a start; `torn: true` keeps a random part of each file's unsynced tail; in a cluster, `member: M` cuts those members (together), and without it every member",
+                    "type": "object", "additionalProperties": false, "properties": { "torn": { "type": "boolean" }, "member": member } });
     let on_member = |extra: serde_json::Value| {
         serde_json::json!({ "type": "object", "additionalProperties": false, "required": ["member"],
                     "description": "one member of a cluster", "properties": extra })

@@ -13,6 +13,7 @@ pub const CELL_VARIABLES: &[&str] = &[
     "CELL_DIR",
     "SOAK_NODE",
     "SUITE_DIR",
+    "RUN_DIR",
 ];
 
 /// Splits a template into literal text and variable names.

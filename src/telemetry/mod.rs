@@ -2,6 +2,7 @@
 //! cell's `samples.csv.gz` as each sample is taken (see [`crate::gzcsv`]),
 //! so a run that dies keeps what it saw.
 
+pub mod heaptrack;
 pub mod jeprof;
 pub mod maps;
 pub mod nmt;
@@ -202,6 +203,38 @@ pub struct Target {
     /// The node's memory as its engine (or kubelet) reports it, read
     /// while the node runs elsewhere (`pid` is [`ELSEWHERE`]).
     pub engine_memory: Option<Arc<crate::driver::EngineMemory>>,
+    /// A cluster's members, each read on its own; the cell's sample is
+    /// then their sum (empty for one node).
+    pub members: Vec<MemberWatch>,
+}
+
+/// One member of a cluster, as the sampler reads it: its cgroup (its
+/// processes and the kernel's figures) and its data directory.
+#[derive(Clone)]
+pub struct MemberWatch {
+    pub cgroup: Arc<Cgroup>,
+    pub data_dir: PathBuf,
+}
+
+/// The header of `members.csv.gz` (a cluster's cells): one row per member
+/// per sample.
+pub const MEMBERS_HEADER: &str =
+    "t_s,member,up,rss_bytes,anon_bytes,cgroup_bytes,cgroup_anon_bytes,disk_bytes";
+
+impl Sample {
+    /// One row of `members.csv.gz` for member `m` (1-based).
+    pub fn member_line(&self, m: usize) -> String {
+        format!(
+            "{:.3},{m},{},{},{},{},{},{}",
+            self.t,
+            u8::from(self.up),
+            self.rss,
+            self.anon,
+            self.cgroup,
+            self.cgroup_anon,
+            self.disk
+        )
+    }
 }
 
 /// [`Target::pid`] of a node that runs on another machine (a remote
@@ -290,8 +323,67 @@ pub fn process_tree(root: i32) -> Vec<i32> {
 
 impl Target {
     /// A sample; its PSS only when `pss` (else 0), with what reading it
-    /// took.
-    pub fn sample(&self, t: f64, pss: bool) -> (Sample, Duration) {
+    /// took; a cluster's also each member's (see [`Target::members`]).
+    pub fn sample(&self, t: f64, pss: bool) -> (Sample, Vec<Sample>, Duration) {
+        if !self.members.is_empty() {
+            return self.sample_members(t, pss);
+        }
+        let (s, took) = self.sample_one(t, pss);
+        (s, vec![], took)
+    }
+
+    /// Each member from its cgroup (an incarnation is its oldest pid), and
+    /// the cluster as their sum (PSS and the kinds of mappings over every
+    /// member's processes; memory pressure, the most of any member).
+    fn sample_members(&self, t: f64, pss: bool) -> (Sample, Vec<Sample>, Duration) {
+        let mut every = vec![];
+        let members: Vec<Sample> = self
+            .members
+            .iter()
+            .map(|m| {
+                let pids = m.cgroup.procs();
+                let s = Sample {
+                    segment: pids.iter().min().map_or(0, |p| *p as u32),
+                    up: !pids.is_empty(),
+                    ..of_processes(t, Some(&m.cgroup), &pids, disk_usage(&m.data_dir))
+                };
+                every.extend(pids);
+                s
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        let kinds = if pss {
+            kinds_of(&every)
+        } else {
+            maps::Kinds::default()
+        };
+        let mut sum = Sample {
+            t,
+            segment: self.segment.load(Relaxed),
+            up: self.pid.load(Relaxed) != 0,
+            pss: kinds.pss,
+            maps: kinds,
+            ..Sample::default()
+        };
+        for m in &members {
+            sum.rss += m.rss;
+            sum.anon += m.anon;
+            sum.cgroup += m.cgroup;
+            sum.cgroup_anon += m.cgroup_anon;
+            sum.cgroup_file += m.cgroup_file;
+            sum.disk += m.disk;
+            sum.cgroup_kernel += m.cgroup_kernel;
+            sum.cgroup_shmem += m.cgroup_shmem;
+            sum.cgroup_sock += m.cgroup_sock;
+            sum.pressure_some = most(sum.pressure_some, m.pressure_some);
+            sum.pressure_full = most(sum.pressure_full, m.pressure_full);
+            sum.events_high += m.events_high;
+            sum.events_max += m.events_max;
+        }
+        (sum, members, started.elapsed())
+    }
+
+    fn sample_one(&self, t: f64, pss: bool) -> (Sample, Duration) {
         let pid = self.pid.load(Relaxed);
         if let (Some(m), true) = (&self.engine_memory, pid <= 0) {
             return (self.sample_remote(t, pid, m), Duration::ZERO);
@@ -306,10 +398,8 @@ impl Target {
             _ => None,
         };
         let cg = self.cgroup.as_deref().or(found.as_ref());
-        let mem = cg.map(|c| c.memory()).unwrap_or_default();
-        let events = cg.map(|c| c.events()).unwrap_or_default();
-        let pressure = cg.and_then(|c| c.pressure());
-        let mems: Vec<(u64, u64)> = pids.iter().map(|p| memory_of(*p)).collect();
+        let disk = self.data_dir.as_deref().map(disk_usage).unwrap_or(0);
+        let read = of_processes(t, cg, &pids, disk);
         let started = std::time::Instant::now();
         let kinds = if pss {
             kinds_of(&pids)
@@ -320,24 +410,37 @@ impl Target {
             t,
             segment: self.segment.load(Relaxed),
             up: pid != 0,
-            rss: mems.iter().map(|m| m.0).sum(),
             pss: kinds.pss,
             maps: kinds,
-            anon: mems.iter().map(|m| m.1).sum(),
-            cgroup: mem.usage,
-            cgroup_anon: mem.anon,
-            cgroup_file: mem.file,
-            disk: self.data_dir.as_deref().map(disk_usage).unwrap_or(0),
-            cgroup_kernel: mem.kernel,
-            cgroup_shmem: mem.shmem,
-            cgroup_sock: mem.sock,
-            pressure_some: pressure.map(|p| p.some_avg10),
-            pressure_full: pressure.map(|p| p.full_avg10),
-            events_high: events.high,
-            events_max: events.max,
-            ..Sample::default()
+            ..read
         };
         (sample, started.elapsed())
+    }
+}
+
+/// What the kernel says of these processes (RSS, anonymous) and of their
+/// cgroup (its memory, pressure and events), at `t`.
+fn of_processes(t: f64, cg: Option<&Cgroup>, pids: &[i32], disk: u64) -> Sample {
+    let mem = cg.map(|c| c.memory()).unwrap_or_default();
+    let events = cg.map(|c| c.events()).unwrap_or_default();
+    let pressure = cg.and_then(|c| c.pressure());
+    let mems: Vec<(u64, u64)> = pids.iter().map(|p| memory_of(*p)).collect();
+    Sample {
+        t,
+        rss: mems.iter().map(|m| m.0).sum(),
+        anon: mems.iter().map(|m| m.1).sum(),
+        cgroup: mem.usage,
+        cgroup_anon: mem.anon,
+        cgroup_file: mem.file,
+        disk,
+        cgroup_kernel: mem.kernel,
+        cgroup_shmem: mem.shmem,
+        cgroup_sock: mem.sock,
+        pressure_some: pressure.map(|p| p.some_avg10),
+        pressure_full: pressure.map(|p| p.full_avg10),
+        events_high: events.high,
+        events_max: events.max,
+        ..Sample::default()
     }
 }
 
@@ -374,6 +477,10 @@ pub struct Kept {
     taken: usize,
     stride: usize,
     open: Option<(Sample, usize)>,
+    /// How many it keeps before it halves them (0: [`KEEP`]).
+    room: usize,
+    /// A cluster's members, each kept alike, in [`KEEP`] between them.
+    members: Vec<Kept>,
 }
 
 /// At most this many samples are kept in memory (about 6 MB).
@@ -396,9 +503,28 @@ impl Kept {
         } else {
             self.open = Some((merged, n));
         }
-        if self.samples.len() >= KEEP {
+        if self.samples.len() >= if self.room == 0 { KEEP } else { self.room } {
             self.halve();
         }
+    }
+
+    /// Keeps member `m`'s sample (0-based), beside the others.
+    fn push_member(&mut self, m: usize, s: Sample, of: usize) {
+        while self.members.len() <= m {
+            self.members.push(Kept {
+                room: (KEEP / of.max(1)).max(256),
+                ..Kept::default()
+            });
+        }
+        self.members[m].push(s);
+    }
+
+    /// Each member's samples (a cluster's), in member order.
+    pub fn take_members(&mut self) -> Vec<Vec<Sample>> {
+        std::mem::take(&mut self.members)
+            .into_iter()
+            .map(Kept::into_samples)
+            .collect()
     }
 
     /// Merges neighbours in pairs (of one incarnation and state).
@@ -434,12 +560,16 @@ fn mergeable(a: &Sample, b: &Sample) -> bool {
     a.segment == b.segment && a.up == b.up
 }
 
-/// `b` (the newer) with the most of each memory figure of the two.
-fn merge(a: Sample, b: Sample) -> Sample {
-    let most = |x: Option<f64>, y: Option<f64>| match (x, y) {
+/// The larger of two readings that may be missing.
+fn most(x: Option<f64>, y: Option<f64>) -> Option<f64> {
+    match (x, y) {
         (Some(x), Some(y)) => Some(x.max(y)),
         (x, y) => x.or(y),
-    };
+    }
+}
+
+/// `b` (the newer) with the most of each memory figure of the two.
+fn merge(a: Sample, b: Sample) -> Sample {
     Sample {
         rss: a.rss.max(b.rss),
         pss: a.pss.max(b.pss),
@@ -475,6 +605,13 @@ impl Sampler {
         origin: tokio::time::Instant,
     ) -> std::io::Result<Sampler> {
         let mut file = crate::gzcsv::Writer::create(&csv, SAMPLES_HEADER)?;
+        let mut members_file = match target.members.is_empty() {
+            true => None,
+            false => Some(crate::gzcsv::Writer::create(
+                &csv.with_file_name("members.csv.gz"),
+                MEMBERS_HEADER,
+            )?),
+        };
         let samples = Arc::new(Mutex::new(Kept::default()));
         let (stop, mut stopped) = watch::channel(false);
         let store = samples.clone();
@@ -497,13 +634,13 @@ impl Sampler {
                         let read_pss = std::time::Instant::now() >= pss_due || pss_of != Some(incarnation);
                         let took = tokio::task::spawn_blocking(move || {
                             let before = cpu_seconds(libc::CLOCK_THREAD_CPUTIME_ID);
-                            let (mut s, pss_took) = target.sample(t, read_pss);
+                            let (mut s, members, pss_took) = target.sample(t, read_pss);
                             s.soak_rss = own_rss();
                             (s.load_cpu_s, s.faultfs_cpu_s) = threads_cpu();
-                            (s, pss_took, cpu_seconds(libc::CLOCK_THREAD_CPUTIME_ID) - before)
+                            (s, members, pss_took, cpu_seconds(libc::CLOCK_THREAD_CPUTIME_ID) - before)
                         })
                         .await;
-                        let Ok((mut s, pss_took, cpu)) = took else { continue };
+                        let Ok((mut s, members, pss_took, cpu)) = took else { continue };
                         if read_pss {
                             (kinds, pss_of) = (s.maps, Some(incarnation));
                             pss_due = std::time::Instant::now() + pss_took.div_f64(PSS_BUDGET);
@@ -514,11 +651,24 @@ impl Sampler {
                         s.sampler_cpu_s = sampler_cpu_s;
                         s.soak_cpu_s = cpu_seconds(libc::CLOCK_PROCESS_CPUTIME_ID);
                         let _ = file.line(&s.csv_line());
-                        store.lock().expect("samples lock").push(s);
+                        if let Some(f) = members_file.as_mut() {
+                            for (i, m) in members.iter().enumerate() {
+                                let _ = f.line(&m.member_line(i + 1));
+                            }
+                        }
+                        let mut kept = store.lock().expect("samples lock");
+                        kept.push(s);
+                        let n = members.len();
+                        for (i, m) in members.into_iter().enumerate() {
+                            kept.push_member(i, m, n);
+                        }
                     }
                 }
             }
             let _ = file.finish();
+            if let Some(f) = members_file {
+                let _ = f.finish();
+            }
         });
         Ok(Sampler {
             stop,
@@ -664,6 +814,7 @@ mod tests {
             cgroup: None,
             pid_cgroup: false,
             engine_memory: None,
+            members: vec![],
             data_dir: Some(dir.path().to_path_buf()),
         };
         let sampler = Sampler::start(

@@ -1250,7 +1250,7 @@ impl Conn {
             V::Ok | V::Untouched => {}
         }
         if first_lost.is_none() && verdict.is_finding() {
-            *first_lost = Some(self.ledger.lost_write(k, snap.0, seen));
+            *first_lost = Some(self.ledger.lost_write(k, snap.0, seen, verdict));
         }
     }
 

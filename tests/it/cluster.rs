@@ -228,7 +228,9 @@ fn a_history_that_is_not_one_is_refused_with_its_line() {
 
 /// Three etcd members under partitions, a leader kill and a pause:
 /// linearizable reads pass, serializable reads are found stale and tied
-/// to a partition; Porcupine agrees on both histories.
+/// to the fault that left their member behind (a partition, or a pause
+/// or a kill it had not caught up from: a member resumed 3 ms before the
+/// read served its own state); Porcupine agrees on both histories.
 #[test]
 fn etcd_linearizable_reads_pass_and_serializable_reads_are_found_stale() {
     require_tool("etcd", "etcd-server");
@@ -247,9 +249,13 @@ fn etcd_linearizable_reads_pass_and_serializable_reads_are_found_stale() {
     assert!(!h.violations.is_empty());
     for v in &h.violations {
         assert!(v.operation.starts_with("read()"), "a stale read: {v:?}");
+        // A member cut off, or one that was paused or down and has not
+        // caught up yet, serves its own older state.
         assert!(
-            v.faults.iter().any(|f| f.what.contains("partition")),
-            "tied to a partition: {v:?}"
+            v.faults.iter().any(|f| ["partition", "paused", "down"]
+                .iter()
+                .any(|w| f.what.contains(w))),
+            "tied to a fault that left a member behind: {v:?}"
         );
         assert!(v.window.len() >= 2, "{v:?}");
     }
@@ -302,12 +308,37 @@ fn a_member_that_never_joins_is_named_with_its_log_and_nothing_is_left() {
     let run = soak_run(path.to_str().unwrap(), &[]);
     assert_eq!(run.code(), 3, "{}", run.stderr());
     let err = run.stderr();
-    assert!(err.contains("member 2 did not join"), "{err}");
+    assert!(err.contains("member 2 to join"), "{err}");
     assert!(
         err.contains("member two will not join"),
         "its log quoted: {err}"
     );
     assert!(err.contains("members/2/node.log"), "{err}");
+}
+
+/// A member that soak killed and that does not start again is the cell's
+/// `unrecovered` finding (exit 1, its log quoted), not the environment's
+/// error: as for one node.
+#[test]
+fn a_killed_member_that_does_not_come_back_is_unrecovered() {
+    require_tool("nft", "nftables");
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(suite("tests/suites/cluster-soak-nodes.yaml"))
+        .unwrap()
+        .replace(
+            r#"command: ["${SOAK_NODE}","#,
+            r#"command: ["sh", "-c", "if [ ${MEMBER} = 2 ] && [ -e ${MEMBER_DIR}/ran ]; then echo member two refuses its data; exit 3; fi; touch ${MEMBER_DIR}/ran; exec \"$0\" \"$@\"", "${SOAK_NODE}","#,
+        );
+    let path = dir.path().join("no-comeback.yaml");
+    std::fs::write(&path, text).unwrap();
+    let run = soak_run(path.to_str().unwrap(), &[]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let check = run.check("unrecovered");
+    assert_eq!(check.verdict, soak::model::Verdict::Fail, "{check:?}");
+    let said = check.detail.clone().unwrap_or_default();
+    assert!(said.contains("after the planned kill"), "{said}");
+    assert!(said.contains("member 2"), "{said}");
+    assert!(said.contains("member two refuses its data"), "{said}");
 }
 
 #[test]
@@ -359,6 +390,21 @@ fn cluster_mistakes_are_refused_at_their_line() {
             "cluster:\n  members: 3",
             "cluster:\n  members: 3\n  bogus: 1",
             "unknown field `bogus`",
+        ),
+        (
+            "kill: { member: 2 }",
+            "power_cut: { member: 4 }",
+            "no member 4",
+        ),
+        (
+            "kill: { member: 2 }",
+            "power_cut: { member: 2, signal: SIGKILL }",
+            "unknown field `signal`",
+        ),
+        (
+            "kill: { member: 2 }",
+            "io_errors: { rate: 0.1 }",
+            "not done for clusters yet",
         ),
         (
             "ready: {",
@@ -652,4 +698,152 @@ fn a_rolling_upgrade_of_etcd_goes_one_member_at_a_time_and_loses_nothing() {
         .flat_map(|m| ["stop", "upgrade", "start"].map(|a| (m, a.to_string())))
         .collect();
     assert_eq!(order, want);
+}
+
+/// Power cuts of a cluster's members, each on soak's fault filesystem: one
+/// member, a majority together, then every member at once, under load.
+/// With its defaults etcd fsyncs its log before it acknowledges: nothing
+/// acknowledged is lost, the history stays linearizable, and every fault
+/// filesystem is gone after. With `--unsafe-no-fsync` the first member cut
+/// loses raft entries the leader counted as its own and never rejoins:
+/// the expected `unrecovered`, in etcd's own words.
+#[test]
+fn etcd_members_lose_their_power_and_only_unsynced_members_do_not_come_back() {
+    require_tool("etcd", "etcd-server");
+    require_tool("nft", "nftables");
+    let run = soak_run("suites/etcd-cluster-power-cut.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let cells = &run.summary().cells;
+    let safe = cells.iter().find(|c| c.id == "fsync=default").unwrap();
+    assert_eq!(safe.integrity.lost, 0, "{:?}", safe.integrity);
+    assert_eq!(
+        safe.history.as_ref().map(|h| h.verdict.as_str()),
+        Some("linearizable")
+    );
+    let disk = safe
+        .disk_faults
+        .as_ref()
+        .expect("the fault filesystems counted");
+    // 1 + 2 members, then the 3 of the whole cluster.
+    assert_eq!(disk.power_cuts, 6, "{disk:?}");
+    assert!(disk.fsyncs > 100, "etcd synced through soak: {disk:?}");
+    let report = run.report_dir.as_ref().unwrap();
+    let events = std::fs::read_to_string(report.join(&safe.files["events.jsonl"])).unwrap();
+    let cuts: Vec<u64> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["kind"] == "member" && e["action"] == "power_cut")
+        .map(|e| e["member"].as_u64().unwrap())
+        .collect();
+    assert_eq!(cuts.len(), 3, "member 1, then a majority: {cuts:?}");
+    assert_eq!(cuts[0], 1);
+    // The members' files are back where etcd wrote them, nothing mounted.
+    let dir = report.join("cells/fsync=default");
+    for m in 1..=3 {
+        assert!(dir.join(format!("members/{m}/data/member/wal")).is_dir());
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&run.id), "a fault filesystem left mounted");
+    let unsafe_ = cells
+        .iter()
+        .find(|c| c.id == "fsync=unsafe-no-fsync")
+        .unwrap();
+    let e = unsafe_.expectation.as_ref().unwrap();
+    assert!(e.met, "{e:?}");
+    let unrecovered = unsafe_
+        .checks
+        .iter()
+        .find(|c| c.name == "unrecovered")
+        .unwrap();
+    let said = unrecovered.detail.clone().unwrap_or_default();
+    assert!(said.contains("after a power cut"), "{said}");
+    // Either a member whose unsynced raft log was taken while its leader
+    // kept it panics as it starts again (in etcd's words), or the cut of
+    // every member took the configuration itself: each starts with no
+    // voters and none ever gets ready. Which one depends on what each had
+    // synced at the cut; both are etcd without fsync, and soak says which.
+    if said.contains("the node exited") {
+        assert!(
+            said.contains("raft log corrupted, truncated, or lost"),
+            "etcd's words: {said}"
+        );
+    } else {
+        assert!(
+            said.contains("did not join either") && said.contains("voters=()"),
+            "every member up, none ready, and etcd's empty configuration quoted: {said}"
+        );
+    }
+}
+
+/// Telemetry reads every member of a cluster: one member of three leaks,
+/// the cell's memory (their sum) grows, and the finding names the member.
+#[test]
+fn a_leaking_member_is_named_in_the_growth_finding() {
+    require_tool("nft", "nftables");
+    let run = soak_run("tests/suites/cluster-leak.yaml", &[]);
+    assert_eq!(run.code(), 1, "memory_growth fails: {}", run.stderr());
+    let growth = run.check("memory_growth (rss)");
+    assert_eq!(growth.verdict, soak::model::Verdict::Fail, "{growth:?}");
+    let detail = growth.detail.clone().unwrap_or_default();
+    assert!(detail.contains("of which member 2 "), "{detail}");
+    let members = &run.cell().memory.members;
+    assert_eq!(members.len(), 3, "{members:?}");
+    let slope = |m: usize| members[m - 1].slope_bytes_per_hour.unwrap_or(0.0) / 1048576.0;
+    // 6 MiB/s is about 21,600 MiB/h.
+    assert!(slope(2) > 10_000.0, "member 2: {} MiB/h", slope(2));
+    for m in [1, 3] {
+        assert!(slope(m) < 1_000.0, "member {m}: {} MiB/h", slope(m));
+    }
+    // Each member's own rows.
+    let csv = run.file("members.csv.gz");
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("t_s,member,up,rss_bytes,anon_bytes,cgroup_bytes,cgroup_anon_bytes,disk_bytes")
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    for m in ["1", "2", "3"] {
+        assert!(rows.iter().filter(|r| r[1] == m).count() > 20, "member {m}");
+    }
+    let report =
+        std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+    assert!(report.contains("| **member 2** |"), "the by-member table");
+}
+
+/// `clients: round_robin`: a connection whose member dies moves on to the
+/// next member and is served there; bound `per_member`, it fails for as
+/// long as its member is down.
+#[test]
+fn round_robin_clients_move_on_from_a_dead_member_and_bound_ones_do_not() {
+    require_tool("nft", "nftables");
+    let failed = |run: &crate::common::soak::Run| {
+        let l = run.cell().load.as_ref().expect("a load");
+        (l.errors + l.unavailable, l.sets)
+    };
+    let rr = soak_run("tests/suites/cluster-round-robin.yaml", &[]);
+    assert_eq!(rr.code(), 0, "{}", rr.stderr());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("per-member.yaml");
+    let text = std::fs::read_to_string(suite("tests/suites/cluster-round-robin.yaml")).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("clients: round_robin", "clients: per_member")
+            .replace("${SUITE_DIR}", &suite("tests/suites").display().to_string()),
+    )
+    .unwrap();
+    let pm = soak_run(path.to_str().unwrap(), &[]);
+    let ((rr_failed, rr_sets), (pm_failed, pm_sets)) = (failed(&rr), failed(&pm));
+    // Member 1's connection, 100 requests a second, 4 s down.
+    assert!(
+        pm_failed > 100,
+        "bound to the dead member: {pm_failed} failed"
+    );
+    assert!(
+        rr_failed * 10 < pm_failed,
+        "round robin {rr_failed} failed, per member {pm_failed}"
+    );
+    assert!(
+        rr_sets > pm_sets,
+        "round robin {rr_sets} writes, per member {pm_sets}"
+    );
 }

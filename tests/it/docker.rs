@@ -562,15 +562,23 @@ impl RemoteEngine {
     /// answering, as a machine that went away.
     fn kill_engine(&self) {
         let pid = std::fs::read_to_string(self.dir.path().join("dockerd.pid")).unwrap();
-        let _ = Command::new("sh")
-            .arg("-c")
-            // `[c]`: the pattern must not match this shell's own command.
-            .arg(format!(
-                "kill -KILL {}; pkill -KILL -f '[c]ontainerd --config {}'",
-                pid.trim(),
-                self.exec_root,
-            ))
+        // Its containerd by the pid file dockerd keeps for it, read first:
+        // the engine's own stop would not come.
+        let containerd = self.containerd_pid();
+        let _ = Command::new("kill")
+            .args(["-KILL", pid.trim()])
+            .args(containerd)
             .status();
+    }
+
+    /// The engine's containerd (dockerd starts it and names its pid in
+    /// its exec root), while it runs.
+    fn containerd_pid(&self) -> Option<String> {
+        let f = std::path::Path::new(&self.exec_root).join("containerd/containerd.pid");
+        std::fs::read_to_string(f)
+            .ok()
+            .map(|p| p.trim().to_string())
+            .filter(|p| !p.is_empty())
     }
 
     /// A suite of soak-node on this engine's address.
@@ -611,16 +619,20 @@ checks:
 
 impl Drop for RemoteEngine {
     fn drop(&mut self) {
+        let containerd = self.containerd_pid();
         if let Some(mut d) = self.dockerd.take() {
             let _ = d.kill();
             let _ = d.wait();
+        }
+        if let Some(pid) = containerd {
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
         }
         // Everything in the namespace (dockerd, containerd, its shims and
         // containers), then what they mounted, then the namespace.
         let _ = Command::new("sh")
             .arg("-c")
             .arg(format!(
-                "ip netns pids {ns} | xargs -r kill -KILL; pkill -KILL -f '[c]ontainerd --config {er}'; \
+                "ip netns pids {ns} | xargs -r kill -KILL; \
                  sleep 0.5; grep -o ' {d}[^ ]*\\| {er}[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l; \
                  ip link del {v} 2>/dev/null; ip netns del {ns}; rm -rf {er}",
                 ns = self.ns,

@@ -19,6 +19,16 @@ fn direct_io_hard_links_fifos_and_sockets_work_in_a_data_directory_on_the_mount(
         .expect("the cell ran on the fault filesystem");
     assert!(disk.failed.is_empty(), "{:?}", disk.failed);
     assert!(disk.writes >= 4, "{disk:?}");
+    // What it does not give is said when it is mounted, before the node runs.
+    let events = run.file("events.jsonl");
+    let notice = events
+        .lines()
+        .find(|l| l.contains("\"notice\"") && l.contains("fault filesystem"))
+        .unwrap_or_else(|| panic!("no notice of the mount in\n{events}"));
+    assert!(
+        notice.contains("O_TMPFILE") && notice.contains("reflinks"),
+        "{notice}"
+    );
 }
 
 /// A node that retries a write the filesystem refuses never gets ready;
@@ -115,4 +125,39 @@ fn walk_options(dir: &std::path::Path) -> String {
         }
     }
     all
+}
+
+/// A Kafka broker (KRaft, 4.1.1) with its log directory on the mount:
+/// its memory-mapped indexes, checkpoints and metadata log work there,
+/// a kill loses nothing, and a power cut takes what Kafka's default
+/// left to the operating system (every record since the last flush),
+/// counted as the unsynced tail; with a flush at every message a cut
+/// takes nothing.
+#[test]
+fn a_kafka_broker_loses_only_what_it_never_flushed_to_power_cuts() {
+    crate::common::build_jvm_node("nodes/kafka-streams/build");
+    let run = soak_run("suites/kafka-broker.yaml", &["--duration-scale", "0.6"]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let cells = &run.summary().cells;
+    let by = |id: &str| cells.iter().find(|c| c.id == id).unwrap();
+    let (default, every) = (by("flush=default"), by("flush=every-message"));
+    for c in [default, every] {
+        assert_eq!(c.restarts.len(), 3, "{}", c.id);
+        assert_eq!(
+            (c.integrity.lost, c.integrity.corrupted),
+            (0, 0),
+            "{}",
+            c.id
+        );
+        assert!(c.integrity.verified > 500, "{}: {:?}", c.id, c.integrity);
+        let disk = c.disk_faults.as_ref().unwrap();
+        assert_eq!(disk.power_cuts, 2, "{}", c.id);
+        assert!(disk.failed.is_empty(), "{}: {:?}", c.id, disk.failed);
+    }
+    assert!(
+        default.integrity.lost_unsynced > 0,
+        "{:?}",
+        default.integrity
+    );
+    assert_eq!(every.integrity.lost_unsynced, 0, "{:?}", every.integrity);
 }

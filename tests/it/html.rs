@@ -197,6 +197,11 @@ fn a_report_opens_offline_with_every_cell_charted_its_events_drawn_and_zoom() {
         json!({ "clickCount": 2 }),
     );
     b.call(Some(&s), "Runtime.evaluate", json!({ "expression": "document.querySelector('.row[data-group=\"latency\"] .u-over').dispatchEvent(new MouseEvent('dblclick', {bubbles: true}))" }));
+    b.wait_for(
+        &s,
+        "soak.range[0] === soak.start && soak.range[1] === soak.end",
+        Duration::from_secs(5),
+    );
     let (r0, r1) = range(&mut b, &s);
     assert!(
         r1 - r0 > 0.9 * (full1 - full0),

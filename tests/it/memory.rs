@@ -127,6 +127,94 @@ fn a_profile_of_a_cell_on_glibc_says_why_there_is_none() {
 }
 
 #[test]
+fn heaptrack_names_the_leaking_function_of_a_node_kept_on_glibc() {
+    require_tool("cc", "gcc");
+    require_tool("heaptrack_print", "heaptrack");
+    let run = soak_run("tests/suites/heaptrack-leak.yaml", &[]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let p = run.cell().memory.profile.as_ref().expect("a profile");
+    assert_eq!(p.tool, "heaptrack");
+    let top = p.growing.first().unwrap_or_else(|| panic!("{p:?}"));
+    assert!(
+        top.frames[0].starts_with("remember_session (allocnode.c:"),
+        "{p:?}"
+    );
+    // heaptrack counts every allocation: the rate is the node's 2 MB/s.
+    let mb_s = top.growth_bytes_per_hour.unwrap() / 3600.0 / 1e6;
+    assert!((1.6..2.4).contains(&mb_s), "{mb_s} MB/s: {p:?}");
+    assert!(
+        p.growing
+            .iter()
+            .all(|g| !g.frames[0].starts_with("parse_request")),
+        "freed at once, never growth: {p:?}"
+    );
+    let growth = run.check("memory_growth (rss)");
+    let detail = growth.detail.as_deref().unwrap_or_default();
+    assert!(
+        detail.contains("grown most from remember_session"),
+        "{detail}"
+    );
+    // The record stays in the cell, and heaptrack's own tool reads it.
+    let cell = run.report_dir.as_ref().unwrap().join("cells/default");
+    let record = cell.join(p.last.as_deref().unwrap());
+    assert!(record.to_string_lossy().ends_with(".gz"), "{record:?}");
+    let printed = std::process::Command::new("heaptrack_print")
+        .arg(&record)
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&printed.stdout);
+    assert!(printed.contains("remember_session"), "{printed}");
+    let leftovers: Vec<_> = std::fs::read_dir(cell.join("profile"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".raw.") || n.ends_with(".part"))
+        .collect();
+    assert!(leftovers.is_empty(), "raw records left: {leftovers:?}");
+    let report =
+        std::fs::read_to_string(run.report_dir.as_ref().unwrap().join("report.md")).unwrap();
+    assert!(report.contains("heaptrack's record"), "{report}");
+}
+
+#[test]
+fn heaptrack_on_a_static_binary_says_why_there_is_no_record_and_dump_every_is_refused() {
+    require_tool("cc", "gcc");
+    require_tool("heaptrack_print", "heaptrack");
+    let dir = tempfile::tempdir().unwrap();
+    let here = suite("tests/suites");
+    let here = here.to_str().unwrap();
+    let path = variant(
+        &dir,
+        "tests/suites/heaptrack-leak.yaml",
+        &[
+            ("${SUITE_DIR}", here),
+            ("\"-pthread\",", "\"-pthread\", \"-static\","),
+            ("wait: 15s", "wait: 5s"),
+        ],
+    );
+    let run = soak_run(&path, &[]);
+    let p = run.cell().memory.profile.as_ref().expect("a profile note");
+    assert!(p.growing.is_empty(), "{p:?}");
+    let note = p.note.as_deref().unwrap_or_default();
+    assert!(note.contains("wrote no heaptrack record"), "{note}");
+    assert!(note.contains("static binary"), "{note}");
+    // jemalloc's setting with heaptrack is refused at its field, not ignored.
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        "{ profile: heaptrack }",
+        "{ profile: heaptrack, dump_every: 16MiB }",
+    );
+    std::fs::write(&path, text).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_soak"))
+        .arg("validate")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("memory.dump_every"), "{err}");
+}
+
+#[test]
 fn a_jvms_direct_buffers_are_named_from_its_native_memory_tracking() {
     require_tool("java", "openjdk-17-jdk-headless");
     let run = soak_run("tests/suites/jvm-direct-leak.yaml", &[]);

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use crate::common::require_tool;
 use crate::common::soak::{soak_run, Run};
 
 fn soak(args: &[&str]) -> Output {
@@ -231,5 +232,41 @@ fn an_interrupted_shrink_writes_what_it_found_exits_130_and_leaves_nothing() {
     assert_eq!(out.status.code(), Some(130), "{err}");
     let report = std::fs::read_to_string(Path::new(&dir).join("shrink.md")).unwrap();
     assert!(report.contains("cut short: interrupted"), "{report}");
+    nothing_left_in(&dir);
+}
+
+/// A cluster's schedule: kills, pauses and partitions of random members,
+/// of which only a kill of member 1 (Redis's primary, which keeps nothing
+/// on disk) loses writes. The shrink keeps that one kill, with its member,
+/// and drops every partition.
+#[test]
+fn a_clusters_member_faults_and_partitions_shrink_to_the_one_members_kill() {
+    require_tool("redis-server", "redis-server");
+    let run = soak_run("tests/suites/shrink-cluster.yaml", &[]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let dir = dir(&run);
+    let drawn = std::fs::read_to_string(format!("{dir}/cells/default/replay.yaml")).unwrap();
+    assert!(drawn.contains("partition"), "{drawn}");
+    let (code, last, err) = shrink(&dir, &[]);
+    assert_eq!(code, 0, "{err}");
+    let shrunk = last.expect("the shrunk suite's path printed last");
+    let words = phase_words(&shrunk);
+    let acts: Vec<&str> = words
+        .iter()
+        .map(String::as_str)
+        .filter(|w| ["kill", "pause", "partition", "heal", "restart"].contains(w))
+        .collect();
+    assert_eq!(acts, ["kill"], "{words:?}\n{err}");
+    let text = std::fs::read_to_string(&shrunk).unwrap();
+    let suite = soak::suite::Suite::load(&shrunk).unwrap();
+    let kill = suite
+        .phases
+        .iter()
+        .find(|p| p.word() == "kill")
+        .expect("the kill kept");
+    assert!(
+        kill.to_string().starts_with("kill member 1 "),
+        "{kill}\n{text}"
+    );
     nothing_left_in(&dir);
 }

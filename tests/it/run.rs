@@ -2152,3 +2152,69 @@ fn a_read_back_reconnects_when_a_live_node_closes_the_connection() {
         "the node dropped no read-back connection:\n{log}"
     );
 }
+
+/// A suite's prepare step runs once before the cells, and what it made is
+/// there for them; the report says what ran and how long it took. A step
+/// that fails stops the run with exit 3 before any cell, quoting its
+/// output; one that names a cell's variable is refused at its line.
+#[test]
+fn a_prepare_step_runs_once_before_the_cells_and_its_failure_is_exit_3_quoting_it() {
+    let run = soak_run("tests/suites/prepare.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let prepared = &run.summary().prepared;
+    assert_eq!(prepared.len(), 1, "{prepared:?}");
+    assert_eq!(prepared[0].code, Some(0));
+    assert!(
+        prepared[0].command.starts_with("sh -c echo compiling"),
+        "{prepared:?}"
+    );
+    let dir = run.report_dir.clone().unwrap();
+    let log = std::fs::read_to_string(dir.join("prepare.log")).unwrap();
+    assert_eq!(log, "compiling\n");
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("Prepared: `sh -c echo compiling"),
+        "{report}"
+    );
+    assert_eq!(
+        run.cell().execs[0].code,
+        Some(0),
+        "the cell saw what it made"
+    );
+
+    let tmp = tempfile::tempdir().unwrap();
+    let failing = variant(
+        &tmp,
+        "tests/suites/prepare.yaml",
+        &[(
+            r#"printf made > \"$0/made\""#,
+            r#"echo 'error: cannot find symbol NettyKv' >&2; exit 4"#,
+        )],
+    );
+    let run = soak_run(&failing, &[]);
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    let err = run.stderr();
+    assert!(
+        err.contains("prepare step `sh -c echo compiling")
+            && err.contains("exited with code 4")
+            && err.contains("error: cannot find symbol NettyKv"),
+        "{err}"
+    );
+    assert!(run.summary().cells.is_empty());
+    assert_eq!(run.summary().prepared[0].code, Some(4));
+    let dir = run.report_dir.clone().unwrap();
+    assert!(!dir.join("cells").exists(), "no cell ran");
+
+    let cell_var = variant(
+        &tmp,
+        "tests/suites/prepare.yaml",
+        &[(r#""${RUN_DIR}"]"#, r#""${PORT}"]"#)],
+    );
+    let run = soak_run(&cell_var, &[]);
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    let err = run.stderr();
+    assert!(
+        err.contains("prepare.yaml:8:") && err.contains("unknown variable `${PORT}`"),
+        "{err}"
+    );
+}

@@ -25,6 +25,9 @@ FLUSHALL). Its memory does what it is told:
     memnode.py ... --hang-after S
         after S seconds answers nothing but PING, alive: a node stalled at
         its memory limit (its reads waiting on reclaim);
+    memnode.py ... --bind ADDR
+        listens on ADDR (127.0.0.1 by default: a cluster's member gives
+        its own address);
     memnode.py ... --leak-for S
         stops the leak after S seconds (a staircase that stops: a cache
         filled in chunks);
@@ -393,6 +396,7 @@ def serve(conn, db, lock, journal):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
+    p.add_argument("--bind", default="127.0.0.1")
     p.add_argument("--leak", type=int, default=0)
     p.add_argument("--chunk", type=int, default=0)
     p.add_argument("--leak-for", type=float, default=0.0)
@@ -436,7 +440,7 @@ def main():
         threading.Thread(target=watchdog, args=(journal, lock), daemon=True).start()
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind(("127.0.0.1", args.port))
+    srv.bind((args.bind, args.port))
     srv.listen(64)
     threading.Thread(target=memory, args=(args,), daemon=True).start()
     while True:

@@ -137,7 +137,58 @@ pub fn capabilities(scratch: &Path) -> Result<Vec<Capability>, String> {
             Err("the kernel did not grant it: every write is a round trip to soak".into())
         },
     ));
+    out.push(("O_TMPFILE", tmpfile(&d)));
+    out.push(("reflinks", reflink(&d)));
     drop((lock, mapped));
     drop(m);
     Ok(out)
+}
+
+/// An unnamed file in `dir` (`open(O_TMPFILE)`), written to.
+fn tmpfile(dir: &Path) -> Result<(), String> {
+    io(OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_TMPFILE)
+        .open(dir)
+        .and_then(|mut f| f.write_all(b"x")))
+}
+
+/// A copy that shares the source's blocks (`ioctl(FICLONE)`, as `cp
+/// --reflink` and some databases' checkpoints do).
+fn reflink(dir: &Path) -> Result<(), String> {
+    let src = File::open(dir.join("file")).map_err(|e| e.to_string())?;
+    let dst = File::create(dir.join("clone")).map_err(|e| e.to_string())?;
+    // FICLONE is _IOW(0x94, 9, int).
+    const FICLONE: libc::c_ulong = 0x4004_9409;
+    // SAFETY: a plain ioctl between two descriptors open here.
+    os(unsafe { libc::ioctl(dst.as_raw_fd(), FICLONE, src.as_raw_fd()) })
+}
+
+/// The capabilities the filesystem gives no node on any host, and how a
+/// node meets each (tried all the same, so that `soak doctor` shows it).
+pub const BY_DESIGN: &[(&str, &str)] = &[
+    (
+        "O_TMPFILE",
+        "open fails with EOPNOTSUPP; most programs then make a named file",
+    ),
+    (
+        "reflinks",
+        "FICLONE fails with EOPNOTSUPP; cp --reflink=auto copies instead",
+    ),
+];
+
+/// Whether capability `c` is one the filesystem gives no node anywhere.
+pub fn by_design(c: &str) -> bool {
+    BY_DESIGN.iter().any(|(name, _)| *name == c)
+}
+
+/// What the filesystem gives no node, on any host, as the node meets it:
+/// said when a cell mounts it, beside what `soak doctor` found.
+pub fn not_given() -> String {
+    BY_DESIGN
+        .iter()
+        .map(|(name, how)| format!("{name} ({how})"))
+        .collect::<Vec<_>>()
+        .join(" and ")
 }

@@ -29,7 +29,7 @@ mod tests;
 
 use std::time::Duration;
 
-pub use check::{capabilities, Capability};
+pub use check::{by_design, capabilities, not_given, Capability};
 pub use mount::{backing_of, mounts, restore, unmount, Mounted, SOURCE_PREFIX};
 
 /// How long the kernel may keep names and attributes. Short, because a

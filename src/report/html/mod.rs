@@ -261,7 +261,7 @@ fn cells_table(w: &mut String, s: &Summary) {
             w,
             "<tr><td><a href=\"#cell-{id}\"><code>{id}</code></a></td><td class=\"{vc}\">{v}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
             c.integrity.acknowledged,
-            c.integrity.lost,
+            c.integrity.lost_writes(),
             c.integrity.corrupted,
             c.integrity.in_doubt,
             id = esc(&c.id),

@@ -248,7 +248,13 @@
         { values: (u, vals) => vals.map(fmt), size: 78 },
       ],
       series,
-      cursor: { sync: { key: "soak" }, drag: { x: true, y: false }, points: { show: false } },
+      // A double click shows the whole run, in place of uPlot's own, which
+      // fits the chart to its data (a latency series ends at its last
+      // request, before the run does).
+      cursor: {
+        sync: { key: "soak" }, drag: { x: true, y: false }, points: { show: false },
+        bind: { dblclick: () => () => soak.reset() },
+      },
       legend: { live: true },
       hooks: { drawClear: [drawPhases], draw: [drawMarks], setScale: [onScale], setCursor: [hover] },
     };

@@ -30,9 +30,26 @@ impl Drop for Alone {
 }
 
 pub fn alone() -> Alone {
+    after_the_clusters_build();
     let guard = HOUSE.write().unwrap_or_else(|e| e.into_inner());
     ALONE.with(|a| a.set(true));
     Alone(guard)
+}
+
+/// Waits while `scripts/kube build` holds its lock: scripts/test builds
+/// the Kubernetes cluster in the background, and a Go build on both cores
+/// would be in the figures of a test that measures.
+fn after_the_clusters_build() {
+    let home = std::env::var_os("SOAK_KUBE_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(&std::env::var_os("HOME").unwrap_or_default()).join(".cache/soak/kubernetes")
+        });
+    if let Ok(f) = std::fs::File::open(home.join("build.lock")) {
+        // Shared: it waits for the build's exclusive lock only; released
+        // when dropped.
+        let _ = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockShared);
+    }
 }
 
 pub fn beside() -> Option<std::sync::RwLockReadGuard<'static, ()>> {
@@ -52,6 +69,17 @@ pub fn require_tool(tool: &str, package: &str) {
         found,
         "{tool} is missing: run `apt-get install {package}` (or scripts/deps --tests)"
     );
+}
+
+/// Builds a JVM node with its script (Maven Central's jars, javac), or
+/// fails with the install command for what is missing.
+pub fn build_jvm_node(script: &str) {
+    require_tool("javac", "openjdk-17-jdk-headless");
+    require_tool("mvn", "maven");
+    let built = std::process::Command::new(soak::suite(script))
+        .status()
+        .unwrap();
+    assert!(built.success(), "{script} failed");
 }
 
 /// One install at a time into `dir`, across threads and processes: the
