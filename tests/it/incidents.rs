@@ -224,11 +224,20 @@ fn teku_on_the_real_rocksdbjni_runs_out_of_memory_under_glibc_and_upgrades_under
         glibc.memory
     );
     assert!(glibc.upgrades.is_empty(), "{:?}", glibc.upgrades);
-    // Where it went: glibc's arenas, native memory outside the JVM's
-    // account (RocksDB's), while the JVM's own total stays put.
+    // Where it went: glibc's malloc, native memory outside the JVM's
+    // account (RocksDB's), while the JVM's own total stays put. Which of
+    // glibc's heaps holds it depends on the arena each of RocksDB's
+    // threads was given: past 8 arenas a core, glibc hands threads the
+    // main one (brk) as well as the others. Measured: arenas here, the
+    // main heap on CI's machine (2026-12-07). Either is glibc's, neither
+    // the Java heap ("other anonymous").
     let fastest = soak::model::KindGrowth::fastest(&glibc.memory.kinds)
         .unwrap_or_else(|| panic!("no kind grew: {:?}", glibc.memory.kinds));
-    assert_eq!(fastest.kind, "arenas", "{:?}", glibc.memory.kinds);
+    assert!(
+        ["arenas", "heap"].contains(&fastest.kind.as_str()),
+        "glibc's malloc should have grown fastest: {:?}",
+        glibc.memory.kinds
+    );
     let jvm = glibc.memory.jvm.as_ref().expect("NMT was read");
     let outside = jvm
         .categories
