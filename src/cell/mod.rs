@@ -733,36 +733,25 @@ impl<'a, N: Node> Cell<'a, N> {
         })
     }
 
-    /// A power cut: SIGKILL, every unsynced byte dropped, a start, and the
-    /// read-back that judges what survived (the tail from holes).
-    async fn power_cut(&mut self, d: &DiskFault) -> Result<String, CellError> {
-        let torn = matches!(d, DiskFault::PowerCut { torn: true });
-        // Asked first without a cut: a cell without the fault filesystem
-        // fails before its node is killed.
-        let faults = self.ctx.faults.clone();
-        if !faults.takes(Asked::Disk(d)) {
-            return Err(CellError::Setup(Asked::Disk(d).unavailable()));
-        }
-        self.kill(Signal::SIGKILL, Cause::PowerCut).await?;
-        let dropped = match faults.apply(Asked::Disk(d)).map_err(CellError::Setup)? {
-            Applied::Cut { dropped } => dropped,
-            _ => 0,
-        };
-        self.bus.emit(Event::PowerCut { dropped, torn });
-        let ms = self.start().await?;
-        Ok(format!(
-            "power cut: {} not fsynced dropped; ready after {ms} ms",
-            crate::units::Bytes(dropped)
-        ))
-    }
-
     /// Puts a fault in force, or lifts it, through the component that
-    /// takes it.
+    /// takes it. A power cut is one too: its node is killed first (asked
+    /// before, so that a cell without the fault filesystem fails before
+    /// its node is killed), the component drops every unsynced byte, and
+    /// the node is started again; the read-back that follows judges the
+    /// tail from the holes.
     async fn fault(&mut self, asked: Asked<'_>) -> Result<String, CellError> {
-        if let Asked::Disk(d @ DiskFault::PowerCut { .. }) = asked {
-            return self.power_cut(d).await;
-        }
-        match self.ctx.faults.apply(asked).map_err(CellError::Setup)? {
+        let faults = self.ctx.faults.clone();
+        let torn = match asked {
+            Asked::Disk(&DiskFault::PowerCut { torn }) => {
+                if !faults.takes(asked) {
+                    return Err(CellError::Setup(asked.unavailable()));
+                }
+                self.kill(Signal::SIGKILL, Cause::PowerCut).await?;
+                torn
+            }
+            _ => false,
+        };
+        match faults.apply(asked).map_err(CellError::Setup)? {
             Applied::Set { fault, text } => {
                 self.bus.emit(Event::FaultSet { fault });
                 Ok(text)
@@ -771,7 +760,14 @@ impl<'a, N: Node> Cell<'a, N> {
                 self.bus.emit(Event::FaultLifted { fault });
                 Ok(text)
             }
-            Applied::Cut { .. } => unreachable!("a power cut goes through power_cut"),
+            Applied::Cut { dropped } => {
+                self.bus.emit(Event::PowerCut { dropped, torn });
+                let ms = self.start().await?;
+                Ok(format!(
+                    "power cut: {} not fsynced dropped; ready after {ms} ms",
+                    crate::units::Bytes(dropped)
+                ))
+            }
         }
     }
 
@@ -1103,12 +1099,9 @@ impl<'a, N: Node> Cell<'a, N> {
                 // Lifted even when the hold is cut short, so that an
                 // interrupted run leaves no fault in force.
                 let held = self.hold(hold).await;
-                match lift {
-                    ChaosAction::Network(n) => self.fault(Asked::Network(&n)).await?,
-                    ChaosAction::Disk(d) => self.fault(Asked::Disk(&d)).await?,
-                    ChaosAction::Heal => self.heal().await?,
-                    _ => unreachable!("only faults are lifted"),
-                };
+                // The lift is an action of its own (a fault's off, or a
+                // heal), run as any other.
+                self.chaos_act(&lift, c).await?;
                 held?;
             }
             // What ran, with the members a cluster's action chose.
