@@ -6,12 +6,9 @@
 // partitions (4, as the application's topic has), read_timeout_s (60).
 // target: the application's HTTP address (StreamsKv's --port).
 //
-// A write is a record with acks=all from an idempotent producer:
-//   acknowledged                    -> ok
-//   refused for what it is (too large, an invalid topic, not authorised)
-//   or never sent (no metadata within max.block.ms)  -> fail (not done)
-//   anything else (a timeout, a lost connection)     -> info (unknown)
-// A delete is a record with a null value (a tombstone), alike.
+// A write is a record with acks=all from an idempotent producer, answered
+// ok, fail or info as Clients.send says; a delete is a record with a null
+// value (a tombstone), alike.
 //
 // A read waits until the application has caught up: the broker's end
 // offset of the key's partition is asked when the read arrives, and the
@@ -28,17 +25,8 @@
 // Central.
 
 import org.apache.kafka.clients.consumer.KafkaConsumer;
-import org.apache.kafka.clients.producer.Callback;
 import org.apache.kafka.clients.producer.KafkaProducer;
-import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.errors.AuthorizationException;
-import org.apache.kafka.common.errors.InvalidTopicException;
-import org.apache.kafka.common.errors.RecordTooLargeException;
-import org.apache.kafka.common.serialization.ByteArrayDeserializer;
-import org.apache.kafka.common.serialization.ByteArraySerializer;
-import org.apache.kafka.common.serialization.StringSerializer;
-import org.apache.kafka.common.utils.Utils;
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -55,7 +43,6 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Properties;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 
@@ -102,45 +89,19 @@ public class KafkaAdapter {
         topic = (String) params.getOrDefault("topic", topic);
         partitions = Integer.parseInt(String.valueOf(params.getOrDefault("partitions", "4")));
         readTimeoutMs = 1000L * Long.parseLong(String.valueOf(params.getOrDefault("read_timeout_s", "60")));
-        Properties p = new Properties();
-        p.put("bootstrap.servers", bootstrap);
-        p.put("acks", "all");
-        p.put("enable.idempotence", "true");
-        p.put("linger.ms", "1");
-        p.put("max.block.ms", "5000");
-        p.put("request.timeout.ms", "5000");
-        p.put("delivery.timeout.ms", "15000");
-        producer = new KafkaProducer<>(p, new StringSerializer(), new ByteArraySerializer());
-        Properties c = new Properties();
-        c.put("bootstrap.servers", bootstrap);
-        c.put("request.timeout.ms", "5000");
-        offsets = new KafkaConsumer<>(c, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+        producer = Clients.producer(bootstrap, true);
+        offsets = Clients.offsets(bootstrap);
         emit("{\"type\":\"init_ok\",\"in_reply_to\":" + id
                 + ",\"capabilities\":{\"multi_read\":false,\"delete\":true},\"concurrency\":32}");
     }
 
     static void send(long id, String key, byte[] value) {
-        Callback done = (meta, e) -> {
-            if (e == null) {
-                emit("{\"type\":\"ok\",\"in_reply_to\":" + id + "}");
-            } else {
-                boolean refused = e instanceof RecordTooLargeException || e instanceof InvalidTopicException
-                        || e instanceof AuthorizationException;
-                emit("{\"type\":\"" + (refused ? "fail" : "info") + "\",\"in_reply_to\":" + id
-                        + ",\"error\":" + Json.quote(e.toString()) + "}");
-            }
-        };
-        try {
-            producer.send(new ProducerRecord<>(topic, key, value), done);
-        } catch (RuntimeException e) {
-            // Thrown before the record left: no metadata, a full buffer.
-            emit("{\"type\":\"fail\",\"in_reply_to\":" + id + ",\"error\":" + Json.quote(e.toString()) + "}");
-        }
+        Clients.send(producer, topic, id, key, value);
     }
 
     static void read(long id, String key) {
         try {
-            int part = Utils.toPositive(Utils.murmur2(key.getBytes(StandardCharsets.UTF_8))) % partitions;
+            int part = Clients.partition(key, partitions);
             long end = endOffset(part, System.nanoTime());
             long deadline = System.currentTimeMillis() + readTimeoutMs;
             String why = "";

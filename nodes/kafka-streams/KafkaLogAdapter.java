@@ -5,12 +5,10 @@
 // init params: topic (soak-log), partitions (4), read_timeout_s (10).
 // target: the broker, HOST:PORT.
 //
-// A write is a record produced with acks=all (one request in flight per
-// connection, so a retry cannot reorder a key's records):
-//   acknowledged                                       -> ok
-//   refused for what it is, or never sent (no metadata) -> fail (not done)
-//   anything else (a timeout, a lost connection)        -> info (unknown)
-// A delete is a record with a null value (a tombstone), alike.
+// A write is a record produced with acks=all (not idempotent: one request
+// in flight per connection, so a retry cannot reorder a key's records),
+// answered ok, fail or info as Clients.send says; a delete is a record
+// with a null value (a tombstone), alike.
 //
 // A read: a consumer of the adapter's own follows every partition from
 // its beginning into a map of each key's newest value. A read asks the
@@ -25,25 +23,14 @@
 // a read must see.
 //
 // Built by nodes/kafka-streams/build against kafka-clients from Maven
-// Central; it uses KafkaAdapter's JSON reader and output.
+// Central; it uses KafkaAdapter's JSON reader and output and Clients.
 
-import org.apache.kafka.clients.admin.Admin;
-import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
-import org.apache.kafka.clients.producer.Callback;
 import org.apache.kafka.clients.producer.KafkaProducer;
-import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.errors.AuthorizationException;
-import org.apache.kafka.common.errors.InvalidTopicException;
-import org.apache.kafka.common.errors.RecordTooLargeException;
-import org.apache.kafka.common.errors.TopicExistsException;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
-import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.kafka.common.serialization.StringDeserializer;
-import org.apache.kafka.common.serialization.StringSerializer;
-import org.apache.kafka.common.utils.Utils;
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -57,7 +44,6 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
-import java.util.concurrent.ExecutionException;
 
 public class KafkaLogAdapter {
     static KafkaProducer<String, byte[]> producer;
@@ -121,29 +107,9 @@ public class KafkaLogAdapter {
         partitions = Integer.parseInt(String.valueOf(params.getOrDefault("partitions", "4")));
         readTimeoutMs = 1000L * Long.parseLong(String.valueOf(params.getOrDefault("read_timeout_s", "10")));
         read = new long[partitions];
-        Properties a = new Properties();
-        a.put("bootstrap.servers", bootstrap);
-        try (Admin admin = Admin.create(a)) {
-            admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all().get();
-        } catch (ExecutionException e) {
-            if (!(e.getCause() instanceof TopicExistsException)) {
-                throw e;
-            }
-        }
-        Properties p = new Properties();
-        p.put("bootstrap.servers", bootstrap);
-        p.put("acks", "all");
-        p.put("enable.idempotence", "false");
-        p.put("max.in.flight.requests.per.connection", "1");
-        p.put("linger.ms", "1");
-        p.put("max.block.ms", "5000");
-        p.put("request.timeout.ms", "5000");
-        p.put("delivery.timeout.ms", "15000");
-        producer = new KafkaProducer<>(p, new StringSerializer(), new ByteArraySerializer());
-        Properties c = new Properties();
-        c.put("bootstrap.servers", bootstrap);
-        c.put("request.timeout.ms", "5000");
-        offsets = new KafkaConsumer<>(c, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+        Clients.createTopic(bootstrap, topic, partitions);
+        producer = Clients.producer(bootstrap, false);
+        offsets = Clients.offsets(bootstrap);
         Thread follower = new Thread(KafkaLogAdapter::follow, "follower");
         follower.setDaemon(true);
         follower.start();
@@ -152,23 +118,7 @@ public class KafkaLogAdapter {
     }
 
     static void send(long id, String key, byte[] value) {
-        Callback done = (meta, e) -> {
-            if (e == null) {
-                KafkaAdapter.emit("{\"type\":\"ok\",\"in_reply_to\":" + id + "}");
-            } else {
-                boolean refused = e instanceof RecordTooLargeException || e instanceof InvalidTopicException
-                        || e instanceof AuthorizationException;
-                KafkaAdapter.emit("{\"type\":\"" + (refused ? "fail" : "info") + "\",\"in_reply_to\":" + id
-                        + ",\"error\":" + KafkaAdapter.Json.quote(e.toString()) + "}");
-            }
-        };
-        try {
-            producer.send(new ProducerRecord<>(topic, key, value), done);
-        } catch (RuntimeException e) {
-            // Thrown before the record left: no metadata, a full buffer.
-            KafkaAdapter.emit("{\"type\":\"fail\",\"in_reply_to\":" + id + ",\"error\":"
-                    + KafkaAdapter.Json.quote(e.toString()) + "}");
-        }
+        Clients.send(producer, topic, id, key, value);
     }
 
     /** Follows every partition into `newest`, from the beginning again whenever asked. */
@@ -234,7 +184,7 @@ public class KafkaLogAdapter {
 
     static void read(long id, String key, long generation) {
         try {
-            int part = Utils.toPositive(Utils.murmur2(key.getBytes(StandardCharsets.UTF_8))) % partitions;
+            int part = Clients.partition(key, partitions);
             long end;
             synchronized (offsets) {
                 end = offsets.endOffsets(List.of(new TopicPartition(topic, part)), Duration.ofSeconds(5))

@@ -31,10 +31,7 @@
 
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
-import org.apache.kafka.clients.admin.Admin;
-import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.common.Metric;
-import org.apache.kafka.common.errors.TopicExistsException;
 import org.apache.kafka.common.MetricName;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
@@ -65,9 +62,7 @@ import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
-import java.util.List;
 import java.util.Map;
-import java.util.concurrent.ExecutionException;
 import java.util.Properties;
 import java.util.concurrent.Executors;
 
@@ -181,7 +176,7 @@ public class StreamsKv {
         p.put("consumer.session.timeout.ms", 10000);
         p.put("internal.leave.group.on.close", true);
 
-        createTopic(bootstrap, topic);
+        Clients.createTopic(bootstrap, topic, partitions);
         StreamsBuilder b = new StreamsBuilder();
         b.addStateStore(Stores.keyValueStoreBuilder(
                 Stores.persistentKeyValueStore(STORE), Serdes.String(), Serdes.ByteArray()));
@@ -200,18 +195,6 @@ public class StreamsKv {
                 + " x " + (writeBuffer >> 20) + " MiB per store, HTTP on 127.0.0.1:" + port);
     }
 
-    /** The input topic, made with --partitions if the broker lacks it. */
-    static void createTopic(String bootstrap, String topic) throws Exception {
-        Properties a = new Properties();
-        a.put("bootstrap.servers", bootstrap);
-        try (Admin admin = Admin.create(a)) {
-            admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all().get();
-        } catch (ExecutionException e) {
-            if (!(e.getCause() instanceof TopicExistsException)) {
-                throw e;
-            }
-        }
-    }
 
     static long size(String s) {
         String t = s.trim().toUpperCase();
