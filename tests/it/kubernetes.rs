@@ -10,7 +10,7 @@ use crate::common;
 use std::process::Command;
 
 use common::soak::*;
-use common::{kube_cluster, kubectl};
+use common::{kube_cluster, kubectl, KUBE_NET};
 use soak::model::{Cause, Verdict};
 
 /// What of `run` is on the cluster: Pods, claims and volumes.
@@ -31,7 +31,8 @@ fn objects_of(run: &str) -> Vec<String> {
 #[test]
 fn the_smoke_suite_passes_with_its_node_as_a_pod_and_leaves_nothing() {
     let kubeconfig = kube_cluster();
-    let run = soak_run(
+    let run = soak_run_in(
+        &KUBE_NET,
         "suites/smoke-container.yaml",
         &["--duration-scale", "0.2", "--kubeconfig", &kubeconfig],
     );
@@ -78,7 +79,8 @@ fn the_smoke_suite_passes_with_its_pod_reached_at_its_own_address() {
             "\"--bind\", \"0.0.0.0\", \"--port\", \"${PORT}\"",
         )],
     );
-    let run = soak_run(
+    let run = soak_run_in(
+        &KUBE_NET,
         &suite,
         &[
             "--duration-scale",
@@ -150,7 +152,8 @@ fn a_pod_off_soaks_machine_is_reached_by_port_forward_and_measured_by_its_kubele
 #[test]
 fn a_pod_that_outgrows_its_limit_is_oom_killed_by_its_status() {
     let kubeconfig = kube_cluster();
-    let run = soak_run(
+    let run = soak_run_in(
+        &KUBE_NET,
         "tests/suites/oom-redis-container.yaml",
         &["--kubeconfig", &kubeconfig],
     );
@@ -170,7 +173,9 @@ fn a_pod_that_outgrows_its_limit_is_oom_killed_by_its_status() {
 fn soak_cleanup_removes_the_pods_claims_and_volumes_of_a_killed_soak() {
     let kubeconfig = kube_cluster();
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_soak"))
+    let mut child = Command::new(KUBE_NET[0])
+        .args(&KUBE_NET[1..])
+        .arg(env!("CARGO_BIN_EXE_soak"))
         .arg("run")
         .arg(suite("suites/smoke-container.yaml"))
         .arg("--out")
@@ -232,7 +237,8 @@ fn an_unreachable_cluster_is_an_environment_error_that_names_it() {
 fn an_image_swap_on_the_same_claim_is_verified_and_the_old_image_refuses_it() {
     let kubeconfig = kube_cluster();
     common::require_tool("redis-cli", "redis-tools");
-    let run = soak_run(
+    let run = soak_run_in(
+        &KUBE_NET,
         "tests/suites/cross-version-container.yaml",
         &["--kubeconfig", &kubeconfig],
     );
@@ -261,7 +267,7 @@ fn an_image_the_cluster_cannot_pull_is_an_error_in_the_kubelets_words() {
         "suites/smoke-container.yaml",
         &[("image: soak-node:local", "image: soak-nosuch:local")],
     );
-    let run = soak_run(&suite, &["--kubeconfig", &kubeconfig]);
+    let run = soak_run_in(&KUBE_NET, &suite, &["--kubeconfig", &kubeconfig]);
     assert_eq!(run.code(), 3, "{}", run.stderr());
     let err = run.stderr();
     assert!(
@@ -339,7 +345,8 @@ fn a_namespace_soak_may_not_use_is_an_environment_error_with_the_fix() {
             ),
     )
     .unwrap();
-    let run = soak_run(
+    let run = soak_run_in(
+        &KUBE_NET,
         "suites/smoke-container.yaml",
         &[
             "--kubeconfig",
@@ -363,7 +370,8 @@ fn a_namespace_soak_may_not_use_is_an_environment_error_with_the_fix() {
 #[test]
 fn a_live_limit_on_a_pod_is_refused_at_its_line_and_a_pause_runs() {
     let kubeconfig = kube_cluster();
-    let run = soak_run(
+    let run = soak_run_in(
+        &KUBE_NET,
         "tests/suites/container-pause-limit.yaml",
         &["--kubeconfig", &kubeconfig],
     );
@@ -380,7 +388,7 @@ fn a_live_limit_on_a_pod_is_refused_at_its_line_and_a_pause_runs() {
         "tests/suites/container-pause-limit.yaml",
         &[("  - limit: 192MiB\n", "")],
     );
-    let run = soak_run(&suite, &["--kubeconfig", &kubeconfig]);
+    let run = soak_run_in(&KUBE_NET, &suite, &["--kubeconfig", &kubeconfig]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let c = run.cell();
     assert!(

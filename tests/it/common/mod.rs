@@ -305,6 +305,13 @@ pub fn kube_cluster() -> String {
     }
 }
 
+/// The wrapper that runs a command on the test cluster's network
+/// (`scripts/kube exec`: its namespace on a current release), where its
+/// hostNetwork Pods listen on 127.0.0.1: soak runs there as on the
+/// cluster's machine. Its PID is the command's (the script execs it).
+#[allow(dead_code)]
+pub const KUBE_NET: [&str; 2] = [concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/kube"), "exec"];
+
 /// `kubectl` of the test cluster's build, with its kubeconfig
 /// (`scripts/kube kubectl`).
 #[allow(dead_code)]
