@@ -194,3 +194,27 @@ fn zookeeper_on_hot_keys_loses_nothing_to_kills_and_power_cuts() {
     let reasons: Vec<Cause> = c.restarts.iter().map(|r| r.reason).collect();
     assert_eq!(reasons, [Cause::Kill, Cause::PowerCut, Cause::PowerCut]);
 }
+
+/// nginx's WebDAV (Debian's nginx-light), a node soak's authors did not
+/// write, driven through the `http` protocol as the book describes: a kill
+/// loses and tears nothing, and a power cut tears acknowledged PUTs, since
+/// nginx renames each body over its file and never fsyncs either.
+#[test]
+fn nginx_webdav_acknowledges_puts_that_a_power_cut_tears() {
+    require_tool("nginx", "nginx-light");
+    let run = soak_run("suites/nginx-dav.yaml", &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let c = run.cell();
+    assert_eq!(c.integrity.lost, 0, "{:?}", c.integrity);
+    let rows: Vec<(Cause, u64, u64)> = c
+        .restarts
+        .iter()
+        .map(|r| (r.reason, r.lost, r.corrupted))
+        .collect();
+    assert_eq!(rows[0], (Cause::Kill, 0, 0), "{rows:?}");
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    for r in &rows[1..] {
+        assert_eq!(r.0, Cause::PowerCut, "{rows:?}");
+        assert!(r.2 > 100, "a cut tore few PUTs: {rows:?}");
+    }
+}
