@@ -242,11 +242,22 @@ fn an_interrupted_shrink_writes_what_it_found_exits_130_and_leaves_nothing() {
 #[test]
 fn a_clusters_member_faults_and_partitions_shrink_to_the_one_members_kill() {
     require_tool("redis-server", "redis-server");
-    let run = soak_run("tests/suites/shrink-cluster.yaml", &[]);
+    // The run's seed is pinned: the chaos's own `seed: 5` fixes its
+    // actions and times, and the run's seed the members `random` draws.
+    // Unpinned, about one run in eleven drew none of its six kills on
+    // member 1 ((2/3)^6), lost nothing, and left nothing to shrink (a
+    // fresh clone's run here on 2026-12-08). With seed 2 member 1 is
+    // killed three times, the first at 2.3 s.
+    let run = soak_run("tests/suites/shrink-cluster.yaml", &["--seed", "2"]);
     assert_eq!(run.code(), 1, "{}", run.stderr());
     let dir = dir(&run);
     let drawn = std::fs::read_to_string(format!("{dir}/cells/default/replay.yaml")).unwrap();
     assert!(drawn.contains("partition"), "{drawn}");
+    assert!(
+        run.stderr().contains("member kill member 1"),
+        "{}",
+        run.stderr()
+    );
     let (code, last, err) = shrink(&dir, &[]);
     assert_eq!(code, 0, "{err}");
     let shrunk = last.expect("the shrunk suite's path printed last");
